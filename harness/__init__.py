@@ -1,0 +1,1 @@
+"""Differential correctness harness for attention kernels."""
