@@ -1,0 +1,57 @@
+"""Case families: one module each, discovered by name.
+
+A family module defines `OPS` (the ops it covers) and `cases(routes)`, a
+generator of Case records for the given routes. Families hold data only: no
+test logic, no tensors, no library imports.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Iterable
+
+from harness.case import Case
+from harness.routes import BUNDLED_ROUTES, op_of
+
+_NOT_FAMILIES = {"conftest", "test_matrix"}
+
+
+def family_names() -> list[str]:
+    names = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_") or info.name in _NOT_FAMILIES:
+            continue
+        names.append(info.name)
+    return sorted(names)
+
+
+def load_family(name: str):
+    known = family_names()
+    if name not in known:
+        raise ValueError(f"--family: unknown family {name!r}; known: {known}")
+    module = importlib.import_module(f"cases.{name}")
+    if not hasattr(module, "cases"):
+        raise ValueError(f"cases/{name}.py defines no cases(routes) generator")
+    return module
+
+
+def generate(families: Iterable[str] | None = None,
+             routes: Iterable[str] = BUNDLED_ROUTES) -> list[Case]:
+    """Every case of the named families (all when None) on the given routes.
+
+    Ids must be unique: two cases with one id would share a row and a seed.
+    """
+    routes = tuple(routes)
+    for route in routes:
+        op_of(route)
+    out: list[Case] = []
+    seen: dict[str, Case] = {}
+    for name in (family_names() if families is None else list(families)):
+        module = load_family(name)
+        for case in module.cases(routes):
+            if case.id in seen:
+                raise ValueError(f"duplicate case id {case.id!r} in family {name!r}: "
+                                 f"params {dict(case.params)} vs {dict(seen[case.id].params)}")
+            seen[case.id] = case
+            out.append(case)
+    return out
