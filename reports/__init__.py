@@ -1,0 +1,149 @@
+"""Reports over results tables: HTML, Markdown, and base-vs-head / arch-vs-arch compares.
+
+Everything here reads the results table's columns (harness/table.py) and
+nothing else: a report can be rebuilt from the JSON lines alone.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+import pandas as pd
+
+OUTCOMES = ("match", "refused", "wrong", "silent", "corrupt", "crash", "hang",
+            "unexpected_refusal", "skipped")
+# Worst first: the order a failing cell or table sorts by.
+SEVERITY = {name: rank for rank, name in enumerate(
+    ("crash", "corrupt", "hang", "wrong", "silent", "unexpected_refusal",
+     "skipped", "refused", "match"))}
+
+COLUMNS = ("run_id", "timestamp", "arch", "platform", "target", "target_version",
+           "library_commit", "build_hash", "route", "family", "case_id", "params",
+           "expect", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
+           "first_bad_index", "message", "error_type", "stage", "duration_s",
+           "reruns", "flaky", "isolation", "worker")
+# Optional columns a run may record; read when present.
+OPTIONAL = ("disable_guards", "ledger", "case_json")
+
+
+def load_results(paths: Iterable[str]) -> pd.DataFrame:
+    """Tables from JSON lines (or CSV) files, through harness.table when it is there."""
+    paths = [str(p) for p in paths]
+    try:
+        from harness.table import load_table
+    except ImportError:
+        load_table = None
+    if load_table is not None:
+        return prepare(load_table(paths))
+    frames = []
+    for path in paths:
+        if path.endswith(".csv"):
+            frames.append(pd.read_csv(path))
+        else:
+            with open(path) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+            frames.append(pd.DataFrame(rows))
+    return prepare(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    return bool(value)
+
+
+def prepare(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy with every column present, `pass` boolean, and one row per (arch, target, case).
+
+    A case run twice in one table (a rerun appended later) keeps its last row.
+    """
+    df = df.copy()
+    for col in COLUMNS + OPTIONAL:
+        if col not in df.columns:
+            df[col] = None
+    df["pass"] = df["pass"].map(_as_bool)
+    for col in ("arch", "target", "route", "family", "case_id", "outcome"):
+        df[col] = df[col].fillna("").astype(str)
+    if len(df) and df["timestamp"].notna().any():
+        df = df.sort_values("timestamp", kind="stable")
+    df = df.drop_duplicates(subset=["arch", "target", "case_id"], keep="last")
+    return df.reset_index(drop=True)
+
+
+def is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_diff(value: Any) -> str:
+    if is_missing(value):
+        return ""
+    value = float(value)
+    if math.isinf(value) or math.isnan(value):
+        return str(value)
+    return f"{value:.3g}"
+
+
+def fmt_wrong(row: Any) -> str:
+    n_wrong, n_total = row.get("n_wrong"), row.get("n_total")
+    if is_missing(n_wrong) or is_missing(n_total):
+        return ""
+    return f"{int(n_wrong)}/{int(n_total)}"
+
+
+def params_text(value: Any) -> str:
+    """Params as indented JSON, whether the row holds a dict or its JSON string."""
+    if is_missing(value):
+        return ""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, indent=2, sort_keys=True)
+
+
+def guards_of(row: Any) -> list[str]:
+    value = row.get("disable_guards")
+    if is_missing(value) or value == "":
+        return []
+    if isinstance(value, str):
+        if value.startswith("["):
+            value = json.loads(value)
+        else:
+            value = value.split(",")
+    return [str(g).strip() for g in value if str(g).strip()]
+
+
+def shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def repro_command(row: Any) -> str:
+    """The command that re-runs exactly this row's case as its run did."""
+    parts = ["python -m harness repro", shell_quote(str(row.get("case_id")))]
+    case_json = row.get("case_json")
+    if not is_missing(case_json) and case_json:
+        parts.append(f"--case-json {shell_quote(str(case_json))}")
+    target = row.get("target")
+    if target and not is_missing(target) and target != "bundled":
+        parts.append(f"--target {shell_quote(str(target))}")
+    guards = guards_of(row)
+    if guards:
+        parts.append(f"--disable-guards {','.join(guards)}")
+    return " ".join(parts)
+
+
+def sort_failures_first(df: pd.DataFrame) -> pd.DataFrame:
+    """Failing rows first, worst outcome first, then route and case id."""
+    key = df.assign(_pass=df["pass"].astype(int),
+                    _sev=df["outcome"].map(lambda o: SEVERITY.get(o, -1)))
+    key = key.sort_values(["_pass", "_sev", "route", "case_id"], kind="stable")
+    return key.drop(columns=["_pass", "_sev"])

@@ -1,0 +1,126 @@
+"""`python -m harness report` and `python -m harness compare`.
+
+harness/cli.py registers these through add_*_arguments / *_main.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from . import is_missing, load_results
+from .compare import compare, summary
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", nargs="+", required=True, metavar="PATH",
+                        help="results tables (JSON lines or CSV); several arches merge by case id")
+    parser.add_argument("--out", default=None, metavar="HTML",
+                        help="HTML report path (default reports/out/<arch>.html)")
+    parser.add_argument("--markdown", default=None, metavar="PATH",
+                        help="also write a Markdown summary for a PR comment")
+    parser.add_argument("--base", nargs="+", default=None, metavar="PATH",
+                        help="base tables: add a base-vs-head view")
+    parser.add_argument("--ledger", default=None, metavar="JSON",
+                        help="apply a known-failures ledger (cases/known_failures.json) per arch")
+    parser.add_argument("--fail-on-failures", action="store_true",
+                        help="exit 1 when any row fails or the ledger has errors")
+    parser.add_argument("--title", default=None)
+
+
+def default_out(df: pd.DataFrame) -> Path:
+    names = sorted(a for a in df["arch"].unique() if a) or ["unknown"]
+    return Path("reports/out") / ("+".join(names) + ".html")
+
+
+def _apply_ledger(df: pd.DataFrame, path: str) -> tuple[pd.DataFrame, list[str]]:
+    from harness.ledger import apply_ledger
+    parts, errors = [], []
+    for arch, part in df.groupby("arch", sort=True):
+        part, errs = apply_ledger(part, arch, path)
+        parts.append(part)
+        errors.extend(errs)
+    return (pd.concat(parts, ignore_index=True) if parts else df), errors
+
+
+def report_main(args: argparse.Namespace) -> int:
+    from .html import render_html
+    from .markdown import render_markdown
+    df = load_results(args.results)
+    base = load_results(args.base) if getattr(args, "base", None) else None
+    errors: list[str] = []
+    if getattr(args, "ledger", None):
+        df, errors = _apply_ledger(df, args.ledger)
+        if base is not None:
+            base, _ = _apply_ledger(base, args.ledger)
+    title = getattr(args, "title", None) or "Attention correctness: " + (
+        ", ".join(sorted(a for a in df["arch"].unique() if a)) or "no rows")
+    out = Path(args.out) if getattr(args, "out", None) else default_out(df)
+    render_html(df, out, base_df=base, title=title)
+    n_fail = int((~df["pass"]).sum())
+    print(f"report: {len(df)} rows, {n_fail} failing -> {out}")
+    if getattr(args, "markdown", None):
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(render_markdown(df, base, title=title), encoding="utf-8")
+        print(f"report: markdown -> {args.markdown}")
+    for err in errors:
+        print(f"ledger: {err}", file=sys.stderr)
+    if getattr(args, "fail_on_failures", False) and (n_fail or errors):
+        return 1
+    return 0
+
+
+def _text(value) -> str:
+    return "-" if is_missing(value) or value == "" else str(value)
+
+
+def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--base", nargs="+", required=True, metavar="PATH")
+    parser.add_argument("--head", nargs="+", required=True, metavar="PATH")
+    parser.add_argument("--out", default=None, metavar="HTML",
+                        help="write the head report with a base-vs-head view")
+    parser.add_argument("--markdown", default=None, metavar="PATH")
+    parser.add_argument("--ledger", default=None, metavar="JSON",
+                        help="apply the known-failures ledger to both sides first")
+
+
+def compare_main(args: argparse.Namespace) -> int:
+    """Print regressions, fixes and new cases; exit 1 when there is any regression."""
+    base, head = load_results(args.base), load_results(args.head)
+    if getattr(args, "ledger", None):
+        base, _ = _apply_ledger(base, args.ledger)
+        head, _ = _apply_ledger(head, args.ledger)
+    changes = compare(base, head)
+    counts = summary(changes)
+    print("compare: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    for kind in ("regression", "fix", "new", "removed"):
+        for _, r in changes[changes["change"] == kind].iterrows():
+            arch = f" [{r['arch']}]" if "arch" in changes.columns else ""
+            print(f"  {kind:<10} {r['case_id']}{arch}: {_text(r['base_outcome'])} -> "
+                  f"{_text(r['head_outcome'])}")
+    if getattr(args, "out", None):
+        from .html import render_html
+        render_html(head, args.out, base_df=base, title="Attention correctness: base vs head")
+        print(f"compare: report -> {args.out}")
+    if getattr(args, "markdown", None):
+        from .markdown import render_markdown
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(render_markdown(head, base, title="Base vs head"),
+                                       encoding="utf-8")
+    return 1 if counts["regression"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m reports.cli report|compare ...`, usable before harness/cli.py wires it."""
+    parser = argparse.ArgumentParser(prog="reports")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_report_arguments(sub.add_parser("report"))
+    add_compare_arguments(sub.add_parser("compare"))
+    args = parser.parse_args(argv)
+    return report_main(args) if args.command == "report" else compare_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

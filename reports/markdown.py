@@ -1,0 +1,145 @@
+"""A Markdown summary for a PR comment: regressions and failures first, under the comment limit."""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import OUTCOMES, fmt_diff, fmt_wrong, prepare, repro_command, sort_failures_first
+from .compare import arches, by_arch, compare, summary
+
+LIMIT = 65_000
+# Room kept for the "left out" notes and the closing lines.
+_RESERVE = 1_500
+
+
+def _cell(text) -> str:
+    text = "" if text is None or (isinstance(text, float) and pd.isna(text)) else str(text)
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _code(text) -> str:
+    return f"`{_cell(text)}`" if text else ""
+
+
+def _row(cells) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+class _Budget:
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.lines: list[str] = []
+        self.size = 0
+        self.left_out: list[str] = []
+
+    def add(self, line: str = "") -> bool:
+        if self.size + len(line) + 1 > self.limit - _RESERVE:
+            return False
+        self.lines.append(line)
+        self.size += len(line) + 1
+        return True
+
+    def table(self, what: str, header: list[str], rows: list[list[str]],
+              share: float = 1.0) -> None:
+        """A table, cut where the budget (or its `share` of the limit) ends, saying how many
+        rows were left out."""
+        if not rows:
+            return
+        stop = self.size + int(self.limit * share)
+        if not (self.add(_row(header)) and self.add(_row(["---"] * len(header)))):
+            self.left_out.append(f"{what}: all {len(rows)} rows")
+            return
+        for i, cells in enumerate(rows):
+            line = _row(cells)
+            if self.size + len(line) > stop or not self.add(line):
+                left = len(rows) - i
+                note = f"*{left} of {len(rows)} rows left out to stay under {self.limit:,} characters.*"
+                self.lines.append("")
+                self.lines.append(note)
+                self.size += len(note) + 2
+                self.left_out.append(f"{what}: {left} of {len(rows)} rows")
+                break
+        self.add("")
+
+
+def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
+                    title: str = "Attention correctness", limit: int = LIMIT) -> str:
+    df = prepare(df)
+    out = _Budget(limit)
+    n_fail = int((~df["pass"]).sum())
+    names = arches(df)
+    out.add(f"## {title}")
+    out.add("")
+    out.add(f"**{len(df)} cases, {len(df) - n_fail} pass, {n_fail} fail**"
+            + (f" on {', '.join(names)}" if names else "") + ".")
+    out.add("")
+
+    if base_df is not None:
+        changes = compare(base_df, df)
+        counts = summary(changes)
+        out.add("### Base vs head")
+        out.add("")
+        out.add(", ".join(f"{n} {k}" for k, n in counts.items()) + ".")
+        out.add("")
+        for kind, heading in (("regression", "Regressions (pass → fail)"),
+                              ("fix", "Fixes (fail → pass)"), ("new", "New cases")):
+            part = changes[changes["change"] == kind]
+            if kind == "new":
+                part = part[~part["head_pass"].fillna(True).astype(bool)]
+                heading = "New failing cases"
+            if not len(part):
+                continue
+            out.add(f"#### {heading}: {len(part)}")
+            out.add("")
+            arch_col = "arch" in part.columns
+            header = ["route", "case"] + (["arch"] if arch_col else []) + [
+                "before", "after", "max \\|diff\\| after"]
+            out.table(heading, header, [
+                [_cell(r["route"]), _code(r["case_id"])] + ([_cell(r["arch"])] if arch_col else [])
+                + [_cell(r["base_outcome"]) or "—", _cell(r["head_outcome"]) or "—",
+                   fmt_diff(r["head_max_abs_diff"])]
+                for _, r in part.iterrows()], share=0.2)
+
+    failing = sort_failures_first(df[~df["pass"]])
+    if len(failing):
+        out.add(f"### Failures: {len(failing)}")
+        out.add("")
+        multi = len(names) > 1
+        header = ["route", "case"] + (["arch"] if multi else []) + [
+            "outcome", "max \\|diff\\|", "wrong/total", "message", "repro"]
+        out.table("Failures", header, [
+            [_cell(r["route"]), _code(r["case_id"])] + ([_cell(r["arch"])] if multi else [])
+            + [f"**{_cell(r['outcome'])}**", fmt_diff(r["max_abs_diff"]), fmt_wrong(r),
+               _cell(r["message"]), _code(repro_command(r))]
+            for _, r in failing.iterrows()], share=0.4)
+
+    out.add("### Route × outcome")
+    out.add("")
+    counts = pd.crosstab(df["route"], df["outcome"]) if len(df) else pd.DataFrame()
+    present = [o for o in OUTCOMES if o in counts.columns]
+    out.table("Route × outcome", ["route"] + present, [
+        [_cell(route)] + [str(int(counts.loc[route, o])) or "" for o in present]
+        for route in counts.index])
+
+    out.add("### All cases")
+    out.add("")
+    if len(names) > 1:
+        table = by_arch(df)
+        out.table("All cases", ["route", "case"] + names + ["max \\|diff\\|", "wrong/total"], [
+            [_cell(r["route"]), _code(r["case_id"])]
+            + [_cell(r[f"outcome:{a}"]) or "—" for a in names]
+            + [" / ".join(fmt_diff(r[f"max_abs_diff:{a}"]) or "—" for a in names),
+               " / ".join(r[f"wrong:{a}"] or "—" for a in names)]
+            for _, r in table.iterrows()])
+    else:
+        rows = sort_failures_first(df)
+        out.table("All cases", ["route", "case", "outcome", "max \\|diff\\|", "wrong/total"], [
+            [_cell(r["route"]), _code(r["case_id"]), _cell(r["outcome"]),
+             fmt_diff(r["max_abs_diff"]), fmt_wrong(r)]
+            for _, r in rows.iterrows()])
+
+    if out.left_out:
+        out.lines.append("Left out: " + "; ".join(out.left_out) + ". The HTML report has every row.")
+    text = "\n".join(out.lines).rstrip() + "\n"
+    assert len(text) < limit, len(text)
+    return text
