@@ -1,0 +1,177 @@
+"""The logical attention problem a case describes: dense per-request q/k/v.
+
+A Problem is what the reference computes from and what adapters lay out for
+a library (paged, strided, padded...). It is rebuilt bit-for-bit from
+(params, seed): every value is drawn on the CPU from one torch.Generator in
+float32, in a fixed order (q, k, v of request 0, then request 1, ...), then
+cast to the case's dtype and only then moved to the device, so the device
+never influences the numbers.
+
+Scale: q, k and v are N(0, 1). With the default sm_scale = 1/sqrt(head_dim)
+a logit q.k * sm_scale is then N(0, 1) whatever head_dim is: the softmax is
+neither one-hot (which would hide a wrong value loop behind a single row of
+v) nor uniform (which would hide a wrong mask behind an average), and every
+logit stays far from the exp() overflow range even in fp16.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+# Keys build_problem interprets; every other key passes through for adapters.
+DEFAULTS = {
+    "dtype": "bf16",
+    "head_dim_vo": None,      # = head_dim
+    "num_kv_heads": None,     # = num_qo_heads
+    "causal": False,
+    "window_left": -1,
+    "sm_scale": None,         # = 1 / sqrt(head_dim)
+    "return_lse": False,
+}
+REQUIRED = ("head_dim", "num_qo_heads", "qo_lens", "kv_lens")
+
+
+@dataclass
+class Problem:
+    params: dict[str, Any]
+    dtype: torch.dtype
+    dtype_name: str
+    device: torch.device
+    q: list[torch.Tensor]          # [qo_len_i, Hq, D]
+    k: list[torch.Tensor]          # [kv_len_i, Hkv, D]
+    v: list[torch.Tensor]          # [kv_len_i, Hkv, Dv]
+    qo_lens: list[int]
+    kv_lens: list[int]
+    qo_indptr: torch.Tensor        # CPU int32 [batch + 1]
+    kv_indptr: torch.Tensor        # CPU int32 [batch + 1]
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_vo: int
+    causal: bool
+    window_left: int
+    sm_scale: float
+    return_lse: bool
+    seed: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.qo_lens)
+
+    def q_packed(self) -> torch.Tensor:
+        return _cat(self.q, (self.num_qo_heads, self.head_dim), self.dtype, self.device)
+
+    def k_packed(self) -> torch.Tensor:
+        return _cat(self.k, (self.num_kv_heads, self.head_dim), self.dtype, self.device)
+
+    def v_packed(self) -> torch.Tensor:
+        return _cat(self.v, (self.num_kv_heads, self.head_dim_vo), self.dtype, self.device)
+
+
+def _cat(parts, tail, dtype, device) -> torch.Tensor:
+    if not parts:
+        return torch.empty((0, *tail), dtype=dtype, device=device)
+    return torch.cat(parts, dim=0)
+
+
+def _bad(key: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"params[{key!r}] = {value!r}: {why}")
+
+
+def _int(p: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = p[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _bad(key, value, f"must be an int >= {minimum}")
+    return value
+
+
+def _bool(p: Mapping[str, Any], key: str) -> bool:
+    value = p[key]
+    if not isinstance(value, bool):
+        raise _bad(key, value, "must be true or false")
+    return value
+
+
+def _lens(p: Mapping[str, Any], key: str) -> list[int]:
+    value = p[key]
+    if not isinstance(value, (list, tuple)) or not value or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in value):
+        raise _bad(key, value, "must be a non-empty list of ints >= 0")
+    return list(value)
+
+
+def normalize(params: Mapping[str, Any]) -> dict[str, Any]:
+    """params with defaults filled and every interpreted key checked.
+
+    Raises ValueError naming the key and its value. Head counts the GQA group
+    cannot divide (12 over 8, 0 kv heads) are valid here: refusing them is
+    the library's job, and the cases that test that need the tensors.
+    """
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params must be a mapping, got {type(params).__name__}")
+    missing = [k for k in REQUIRED if k not in params]
+    if missing:
+        raise ValueError(f"params: missing required key(s) {missing}; got keys {sorted(params)}")
+    p = {**DEFAULTS, **params}
+    if p["dtype"] not in DTYPES:
+        raise _bad("dtype", p["dtype"], f"must be one of {sorted(DTYPES)}")
+    _int(p, "head_dim", 1)
+    _int(p, "num_qo_heads", 1)
+    if p["head_dim_vo"] is None:
+        p["head_dim_vo"] = p["head_dim"]
+    _int(p, "head_dim_vo", 1)
+    if p["num_kv_heads"] is None:
+        p["num_kv_heads"] = p["num_qo_heads"]
+    _int(p, "num_kv_heads", 0)
+    qo, kv = _lens(p, "qo_lens"), _lens(p, "kv_lens")
+    if len(qo) != len(kv):
+        raise _bad("kv_lens", kv, f"must have one entry per qo_lens entry ({len(qo)})")
+    p["qo_lens"], p["kv_lens"] = qo, kv
+    _bool(p, "causal")
+    _bool(p, "return_lse")
+    _int(p, "window_left", -1)
+    scale = p["sm_scale"]
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) \
+                or not math.isfinite(scale) or scale <= 0:
+            raise _bad("sm_scale", scale, "must be a finite number > 0 or null")
+    return p
+
+
+def _indptr(lens: list[int]) -> torch.Tensor:
+    out = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    out[1:] = torch.tensor(lens, dtype=torch.int64).cumsum(0).to(torch.int32)
+    return out
+
+
+def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | str = "cpu") -> Problem:
+    p = normalize(params)
+    dtype = DTYPES[p["dtype"]]
+    device = torch.device(device)
+    hq, hkv, d, dv = p["num_qo_heads"], p["num_kv_heads"], p["head_dim"], p["head_dim_vo"]
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(int(seed))
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype).to(device)
+
+    q, k, v = [], [], []
+    for lq, lk in zip(p["qo_lens"], p["kv_lens"]):
+        q.append(draw(lq, hq, d))
+        k.append(draw(lk, hkv, d))
+        v.append(draw(lk, hkv, dv))
+    scale = p["sm_scale"]
+    return Problem(
+        params=p, dtype=dtype, dtype_name=p["dtype"], device=device, q=q, k=k, v=v,
+        qo_lens=list(p["qo_lens"]), kv_lens=list(p["kv_lens"]),
+        qo_indptr=_indptr(p["qo_lens"]), kv_indptr=_indptr(p["kv_lens"]),
+        num_qo_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_vo=dv,
+        causal=p["causal"], window_left=p["window_left"],
+        sm_scale=float(scale) if scale is not None else 1.0 / math.sqrt(d),
+        return_lse=p["return_lse"], seed=int(seed),
+    )

@@ -1,0 +1,97 @@
+"""The pure-PyTorch reference: what every library's answer is compared with.
+
+Computed from the problem's logical per-request q/k/v, never from a
+library's buffers, so a layout bug in an adapter or a library cannot leak
+into the expected values. float64 on CPU; float32 on a GPU, where float64
+matmuls are slow on some parts and float32 is already ~2^16 times finer
+than the bf16/fp16 under test.
+
+Conventions (FlashInfer's): causal is bottom-right aligned, so with qo_len L
+and kv_len K query row i sees kv j <= i + K - L; window_left w >= 0 also
+requires j >= i + K - L - w. LSE is the natural log. A row that sees no kv
+gives output 0 and LSE -inf.
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.problem import Problem
+
+
+class NoReference(ValueError):
+    """The problem has no defined answer (the GQA group does not divide)."""
+
+
+def compute_dtype(device: torch.device) -> torch.dtype:
+    return torch.float64 if torch.device(device).type == "cpu" else torch.float32
+
+
+def group_size(num_qo_heads: int, num_kv_heads: int) -> int:
+    if num_kv_heads <= 0 or num_qo_heads % num_kv_heads != 0:
+        raise NoReference(
+            f"num_qo_heads={num_qo_heads} is not a multiple of num_kv_heads={num_kv_heads}: "
+            "GQA is undefined, there is no reference")
+    return num_qo_heads // num_kv_heads
+
+
+def visible_mask(qo_len: int, kv_len: int, causal: bool, window_left: int,
+                 device: torch.device | str = "cpu") -> torch.Tensor:
+    """Bool [qo_len, kv_len]: True where query row i may attend to kv j."""
+    i = torch.arange(qo_len, device=device).unsqueeze(1)
+    j = torch.arange(kv_len, device=device).unsqueeze(0)
+    diag = i + (kv_len - qo_len)   # the kv position aligned with query row i
+    mask = torch.ones(qo_len, kv_len, dtype=torch.bool, device=device)
+    if causal:
+        mask &= j <= diag
+    if window_left >= 0:
+        mask &= j >= diag - window_left
+    return mask
+
+
+def _one_request(q, k, v, group, scale, mask, ct):
+    # q [L, Hq, D], k [K, Hkv, D], v [K, Hkv, Dv] -> o [L, Hq, Dv], lse [L, Hq]
+    q, k, v = q.to(ct), k.to(ct), v.to(ct)
+    k = k.repeat_interleave(group, dim=1)   # kv_head = qo_head // group
+    v = v.repeat_interleave(group, dim=1)
+    s = torch.einsum("lhd,khd->hlk", q, k) * scale
+    s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)                       # [Hq, L]; -inf when all masked
+    p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+    o = torch.einsum("hlk,khd->lhd", p, v)
+    return o, lse.transpose(0, 1)
+
+
+def attention_reference(problem: Problem) -> dict[str, torch.Tensor]:
+    """{"o": [total_q, Hq, Dv], "lse": [total_q, Hq]} in fp64 (CPU) / fp32 (GPU)."""
+    group = group_size(problem.num_qo_heads, problem.num_kv_heads)
+    ct = compute_dtype(problem.device)
+    dev = problem.device
+    outs, lses = [], []
+    for q, k, v, lq, lk in zip(problem.q, problem.k, problem.v, problem.qo_lens, problem.kv_lens):
+        mask = visible_mask(lq, lk, problem.causal, problem.window_left, dev)
+        o, lse = _one_request(q, k, v, group, problem.sm_scale, mask, ct)
+        outs.append(o)
+        lses.append(lse)
+    hq, dv = problem.num_qo_heads, problem.head_dim_vo
+    o = torch.cat(outs) if outs else torch.empty(0, hq, dv, dtype=ct, device=dev)
+    lse = torch.cat(lses) if lses else torch.empty(0, hq, dtype=ct, device=dev)
+    return {"o": o, "lse": lse}
+
+
+def merge_reference(v_a: torch.Tensor, s_a: torch.Tensor,
+                    v_b: torch.Tensor, s_b: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Merge two attention states over disjoint kv sets (natural-log LSE).
+
+    v [N, H, D], s [N, H] -> {"o": [N, H, D], "lse": [N, H]}: the attention
+    over the union. Two empty states (both -inf) merge to output 0, LSE -inf.
+    """
+    ct = compute_dtype(v_a.device)
+    v_a, s_a, v_b, s_b = (t.to(ct) for t in (v_a, s_a, v_b, s_b))
+    s_max = torch.maximum(s_a, s_b)
+    finite_max = torch.where(torch.isinf(s_max), 0.0, s_max)
+    w_a, w_b = torch.exp(s_a - finite_max), torch.exp(s_b - finite_max)
+    total = w_a + w_b
+    safe = torch.where(total == 0, 1.0, total)
+    o = (v_a * w_a.unsqueeze(-1) + v_b * w_b.unsqueeze(-1)) / safe.unsqueeze(-1)
+    lse = torch.where(total == 0, float("-inf"), finite_max + torch.log(safe))
+    return {"o": o, "lse": lse}
