@@ -1,0 +1,211 @@
+"""Adversarial tensor layouts and guarded buffers, as small composable functions.
+
+Every builder returns a view *equal* to its input whose hidden storage holds
+poison: NaN for floats, a huge negative for ints. A kernel that honours the
+strides reads exactly the input; one that ignores them reads poison, so the
+result is NaN or an out-of-range index instead of plausible numbers.
+
+Buffers puts every output the library writes inside one allocation with
+canary bands before and after, poisons the output itself, and fingerprints
+every input, so writes out of bounds and writes into inputs are caught even
+when the answer looks right.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+INT_POISON = -(2 ** 30)
+
+# Same-width integer dtypes: canaries and fingerprints work on raw bits.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+# Per float dtype: (exponent top bit to clear, exponent low bit to set). Clearing
+# the top bit keeps the exponent off all-ones (no inf, no NaN); setting the
+# low bit keeps it off zero (no zero, no denormal).
+_FLOAT_CANARY_BITS = {
+    torch.float16: (14, 10),
+    torch.bfloat16: (14, 7),
+    torch.float32: (30, 23),
+    torch.float64: (62, 52),
+}
+
+
+def poison_value(dtype: torch.dtype):
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return max(INT_POISON, torch.iinfo(dtype).min)
+
+
+def _poisoned(shape, like: torch.Tensor) -> torch.Tensor:
+    return torch.full(shape, poison_value(like.dtype), dtype=like.dtype, device=like.device)
+
+
+def strided_last_dim(t: torch.Tensor, step: int = 2) -> torch.Tensor:
+    """A view equal to t with stride(-1) == step; the skipped slots hold poison."""
+    if t.dim() == 0 or step < 1:
+        raise ValueError(f"strided_last_dim: needs a tensor with dims and step >= 1, "
+                         f"got shape {tuple(t.shape)}, step {step}")
+    base = _poisoned((*t.shape[:-1], t.shape[-1] * step), t)
+    view = base[..., ::step]
+    view.copy_(t)
+    return view
+
+
+def every_other(t: torch.Tensor) -> torch.Tensor:
+    """A view equal to t, non-contiguous along dim 0 (interleaved with poison rows)."""
+    if t.dim() == 0:
+        raise ValueError("every_other: needs a tensor with at least one dim")
+    base = _poisoned((t.shape[0] * 2, *t.shape[1:]), t)
+    view = base[::2]
+    view.copy_(t)
+    return view
+
+
+def head_sliced(t: torch.Tensor, extra_heads: int = 1) -> torch.Tensor:
+    """A view equal to t [N, H, D] cut from a poisoned [N, H + extra, D]: rows strided, D packed."""
+    if t.dim() != 3 or extra_heads < 1:
+        raise ValueError(f"head_sliced: needs [N, H, D] and extra_heads >= 1, "
+                         f"got shape {tuple(t.shape)}, extra_heads {extra_heads}")
+    n, h, d = t.shape
+    base = _poisoned((n, h + extra_heads, d), t)
+    view = base[:, :h]
+    view.copy_(t)
+    return view
+
+
+def storage_span(t: torch.Tensor) -> torch.Tensor:
+    """A flat view of every storage element the view t can reach (its gaps included)."""
+    if t.numel() == 0:
+        return t.reshape(0)
+    span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    lowest = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s < 0)
+    return t.as_strided((span,), (1,), lowest)
+
+
+def fingerprint(t: torch.Tensor) -> str:
+    """Bitwise hash of the storage t can reach, plus its layout."""
+    flat = storage_span(t).detach()
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    raw = flat.contiguous().view(_BITS[flat.element_size()]).cpu().numpy().tobytes()
+    layout = f"{t.dtype}{tuple(t.shape)}{t.stride()}{t.storage_offset()}".encode()
+    return hashlib.sha256(layout + raw).hexdigest()[:24]
+
+
+def canary_pattern(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """n elements of a fixed random-ish pattern: never NaN, inf, zero or the int poison."""
+    if dtype == torch.bool:
+        return torch.ones(n, dtype=torch.bool)
+    bits = _BITS[torch.empty((), dtype=dtype).element_size()]
+    gen = torch.Generator().manual_seed(0x5EED)
+    if bits == torch.uint8:
+        return torch.randint(1, 256, (n,), generator=gen, dtype=torch.int64).to(torch.uint8).view(dtype)
+    info = torch.iinfo(bits)
+    raw = torch.randint(info.min, info.max, (n,), generator=gen, dtype=torch.int64)
+    if dtype in _FLOAT_CANARY_BITS:
+        clear, keep = _FLOAT_CANARY_BITS[dtype]
+        raw = (raw & ~(1 << clear)) | (1 << keep)
+    else:
+        raw = raw | 1          # odd: never zero, never the (even) int poison
+    return raw.to(bits).view(dtype)
+
+
+def _bits_of(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == torch.bool:
+        return t.to(torch.uint8)
+    return t.view(_BITS[t.element_size()])
+
+
+@dataclass
+class _Guarded:
+    name: str
+    alloc: torch.Tensor         # the whole allocation, flat
+    canary_elems: int
+    numel: int
+    pattern: torch.Tensor       # CPU canary bits
+
+
+@dataclass
+class _Watched:
+    name: str
+    tensor: torch.Tensor
+    fp: str
+
+
+class Buffers:
+    """Canary-banded outputs, fingerprinted inputs and the stage log of one case."""
+
+    def __init__(self, device: torch.device | str = "cpu",
+                 on_stage: Callable[[str], None] | None = None):
+        self.device = torch.device(device)
+        self.on_stage = on_stage
+        self.stages: list[str] = []
+        self._guarded: list[_Guarded] = []
+        self._watched: list[_Watched] = []
+
+    @property
+    def current_stage(self) -> str:
+        return self.stages[-1] if self.stages else ""
+
+    def stage(self, name: str) -> None:
+        self.stages.append(name)
+        if self.on_stage is not None:
+            self.on_stage(name)
+
+    def _banded(self, numel: int, dtype: torch.dtype, name: str, canary_elems: int) -> _Guarded:
+        pattern = canary_pattern(canary_elems, dtype)
+        alloc = torch.empty(2 * canary_elems + numel, dtype=dtype, device=self.device)
+        alloc[:canary_elems] = pattern.to(self.device)
+        alloc[canary_elems + numel:] = pattern.to(self.device)
+        alloc[canary_elems:canary_elems + numel] = poison_value(dtype)
+        guarded = _Guarded(name, alloc, canary_elems, numel, _bits_of(pattern))
+        self._guarded.append(guarded)
+        return guarded
+
+    def output(self, shape, dtype: torch.dtype, name: str, canary_elems: int = 512) -> torch.Tensor:
+        """A poisoned, contiguous tensor of `shape` between two canary bands."""
+        shape = tuple(int(n) for n in shape)
+        numel = 1
+        for n in shape:
+            numel *= n
+        g = self._banded(numel, dtype, name, canary_elems)
+        return g.alloc[canary_elems:canary_elems + numel].view(shape)
+
+    def place(self, tensor: torch.Tensor, name: str, canary_elems: int = 512) -> torch.Tensor:
+        """A contiguous copy of `tensor` between two canary bands (caller-owned buffers)."""
+        out = self.output(tensor.shape, tensor.dtype, name, canary_elems)
+        out.copy_(tensor)
+        return out
+
+    def watch(self, tensor: torch.Tensor, name: str) -> str:
+        """Fingerprint an input now; check() reports it if it has changed since."""
+        fp = fingerprint(tensor)
+        self._watched.append(_Watched(name, tensor, fp))
+        return fp
+
+    def check(self) -> list[str]:
+        """One message per violation: a canary band or a watched input changed."""
+        problems = []
+        for g in self._guarded:
+            c = g.canary_elems
+            before = _bits_of(g.alloc[:c]).cpu()
+            after = _bits_of(g.alloc[c + g.numel:]).cpu()
+            bad = (before != g.pattern).nonzero().flatten()
+            if bad.numel():
+                nearest = int(bad[-1]) - c    # -1 is the element just before the output
+                problems.append(f"canary before {g.name}: {bad.numel()} elements changed, "
+                                f"first at {nearest}")
+            bad = (after != g.pattern).nonzero().flatten()
+            if bad.numel():
+                problems.append(f"canary after {g.name}: {bad.numel()} elements changed, "
+                                f"first at +{int(bad[0])}")
+        for w in self._watched:
+            if fingerprint(w.tensor) != w.fp:
+                problems.append(f"input {w.name} changed")
+        return problems

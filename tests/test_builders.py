@@ -1,0 +1,123 @@
+"""Builders: views equal to their input, poison where a stride-blind kernel reads."""
+import pytest
+import torch
+
+from harness.builders import (INT_POISON, Buffers, canary_pattern, every_other, fingerprint,
+                              head_sliced, strided_last_dim)
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+
+
+def _t(dtype=torch.float32, shape=(5, 3, 8)):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("step", [2, 3])
+def test_strided_last_dim_equals_t_and_hides_nan(dtype, step):
+    t = _t(dtype)
+    s = strided_last_dim(t, step)
+    assert torch.equal(s, t) and s.stride(-1) == step
+    # What a kernel reading the storage as packed would see: every skipped slot is NaN.
+    packed = s.as_strided((t.numel() * step,), (1,), s.storage_offset())
+    seen = packed.view(*t.shape[:-1], t.shape[-1] * step)
+    assert torch.isnan(seen[..., 1::step]).all() if step == 2 else torch.isnan(seen[..., 1]).all()
+    assert torch.isnan(packed).sum() == t.numel() * (step - 1)
+
+
+def test_every_other_rows_interleave_poison():
+    t = _t()
+    e = every_other(t)
+    assert torch.equal(e, t) and not e.is_contiguous() and e.stride(0) == 2 * t.stride(0)
+    assert torch.isnan(e.as_strided(t.shape, e.stride(), e.storage_offset() + t.stride(0))).all()
+    idx = torch.arange(6, dtype=torch.int32)
+    ei = every_other(idx)
+    assert torch.equal(ei, idx)
+    assert (ei.as_strided((6,), (2,), 1) == INT_POISON).all()
+
+
+def test_head_sliced_keeps_last_dim_packed():
+    t = _t()
+    h = head_sliced(t, extra_heads=2)
+    assert torch.equal(h, t)
+    assert h.stride() == ((3 + 2) * 8, 8, 1)
+    assert torch.isnan(h.as_strided((5, 2, 8), h.stride(), 3 * 8)).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.float64], ids=str)
+def test_canary_pattern_is_never_nan_inf_or_zero(dtype):
+    p = canary_pattern(4096, dtype)
+    assert torch.isfinite(p).all() and (p != 0).all()
+    assert len(set(p.view(torch.int16 if p.element_size() == 2 else torch.int32
+                          if p.element_size() == 4 else torch.int64).tolist())) > 1000
+
+
+def test_output_is_nan_poisoned_and_clean_buffers_check_clean():
+    b = Buffers("cpu")
+    o = b.output((4, 2, 8), torch.bfloat16, "out")
+    assert o.shape == (4, 2, 8) and o.is_contiguous() and torch.isnan(o).all()
+    i = b.output((7,), torch.int32, "idx")
+    assert (i == INT_POISON).all()
+    o.fill_(1.0)
+    i.fill_(0)
+    assert b.check() == []
+
+
+def _base(view):
+    return view.as_strided((view.numel() + 2 * 512,), (1,), view.storage_offset() - 512)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.int32], ids=str)
+def test_canary_catches_one_element_past_the_end(dtype):
+    b = Buffers("cpu")
+    o = b.output((3, 5), dtype, "out")
+    _base(o)[512 + o.numel()] = 0       # the element just after the last one
+    assert b.check() == ["canary after out: 1 elements changed, first at +0"]
+
+
+def test_canary_catches_one_element_before_the_start():
+    b = Buffers("cpu")
+    o = b.output((3, 5), torch.float16, "lse")
+    _base(o)[511] = 0
+    assert b.check() == ["canary before lse: 1 elements changed, first at -1"]
+
+
+def test_whole_band_overwrite_is_counted():
+    b = Buffers("cpu")
+    o = b.output((4,), torch.float32, "out", canary_elems=64)
+    o.as_strided((64,), (1,), o.storage_offset() + 4).fill_(float("nan"))
+    assert b.check() == ["canary after out: 64 elements changed, first at +0"]
+
+
+def test_place_copies_into_a_banded_allocation():
+    b = Buffers("cpu")
+    src = _t()
+    p = b.place(src, "partial_state")
+    assert torch.equal(p, src) and p.data_ptr() != src.data_ptr()
+    p.mul_(2)                            # the library may write its own buffer
+    assert b.check() == []
+    _base(p)[512 + p.numel() + 3] = 1.0
+    assert b.check() == ["canary after partial_state: 1 elements changed, first at +3"]
+
+
+def test_fingerprint_catches_one_bit_and_poison_changes():
+    b = Buffers("cpu")
+    k = strided_last_dim(_t(torch.bfloat16))
+    fp = b.watch(k, "k")
+    assert fp == fingerprint(k)
+    k[2, 1, 3] = (k[2, 1, 3].view(torch.int16) ^ 1).view(torch.bfloat16)   # one bit
+    assert b.check() == ["input k changed"]
+
+    b2 = Buffers("cpu")
+    k2 = strided_last_dim(_t())
+    b2.watch(k2, "k")
+    k2.as_strided((1,), (1,), k2.storage_offset() + 1).fill_(0.0)   # a hidden slot
+    assert b2.check() == ["input k changed"]
+
+
+def test_stage_log_calls_back():
+    seen = []
+    b = Buffers("cpu", on_stage=seen.append)
+    b.stage("plan")
+    b.stage("run")
+    assert seen == ["plan", "run"] and b.current_stage == "run"
