@@ -1,0 +1,275 @@
+"""valid: inputs every route must compute correctly.
+
+Not the full cross product. Each op gets a covering design: a short list of
+rows in which every level of every factor appears, and the pairs of the
+factors that interact (dtype x head_dim x GQA ratio, causal x window, page
+size x layout x cache form) all appear. Lengths include 1 and primes that
+are a multiple of no tile size; a few rows are big (batch 64, split KV,
+page ids past 65,535); the rest stay small because the host kernels are
+CPU loops.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case
+from harness.routes import op_of
+
+FAMILY = "valid"
+OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
+       "batch_decode", "merge_state", "mixed_batch")
+
+DTYPES = ("fp16", "bf16", "fp32")
+HEAD_DIMS = (32, 64, 128, 256)
+# (num_qo_heads, num_kv_heads) for GQA ratios 1, 4, 8; kv heads alternate 1 and 2
+# so the head mapping is exercised with more than one group.
+GQA = ((2, 2), (4, 1), (16, 2))
+# (causal, window_left): every pair of causal x window.
+MASKS = ((False, -1), (True, -1), (False, 7), (True, 31))
+
+
+def _core_rows():
+    """dtype x head_dim x GQA, all pairs in 12 rows (ratio = (i + j) mod 3)."""
+    for i, dtype in enumerate(DTYPES):
+        for j, head_dim in enumerate(HEAD_DIMS):
+            yield dtype, head_dim, GQA[(i + j) % 3], i * len(HEAD_DIMS) + j
+
+
+def _base(dtype, head_dim, heads, **extra):
+    params = {"dtype": dtype, "head_dim": head_dim,
+              "num_qo_heads": heads[0], "num_kv_heads": heads[1]}
+    params.update(extra)
+    return params
+
+
+def _mask_tag(causal, window_left):
+    bits = ["causal" if causal else "full"]
+    if window_left >= 0:
+        bits.append(f"w{window_left}")
+    return "-".join(bits)
+
+
+def _tag(params, *bits):
+    head_dim = params["head_dim"]
+    vo = params.get("head_dim_vo", head_dim)
+    d = f"d{head_dim}" if vo == head_dim else f"d{head_dim}v{vo}"
+    parts = [params["dtype"], d, f"h{params['num_qo_heads']}x{params['num_kv_heads']}"]
+    return "-".join(parts + [b for b in bits if b])
+
+
+# ---------------------------------------------------------------- single prefill
+
+# (qo_len, kv_len): 1, tile-unaligned primes, qo == kv, qo < kv.
+SINGLE_PREFILL_LENS = ((1, 1), (1, 37), (17, 17), (13, 61), (31, 97), (7, 129))
+
+
+def _single_prefill():
+    for dtype, head_dim, heads, k in _core_rows():
+        causal, window = MASKS[k % 4]
+        qo, kv = SINGLE_PREFILL_LENS[k % len(SINGLE_PREFILL_LENS)]
+        layout = ("NHD", "HND")[(k // 2) % 2]
+        p = _base(dtype, head_dim, heads, qo_lens=[qo], kv_lens=[kv], causal=causal,
+                  window_left=window, return_lse=k % 3 != 1, layout=layout)
+        yield "grid", p, _tag(p, f"q{qo}k{kv}", _mask_tag(causal, window), layout.lower())
+    # Explicit scale and a longer causal square.
+    p = _base("bf16", 128, (8, 2), qo_lens=[67], kv_lens=[67], causal=True, window_left=-1,
+              sm_scale=0.05, return_lse=True, layout="NHD")
+    yield "sm_scale", p, _tag(p, "q67k67", "s0.05")
+    p = _base("fp16", 64, (4, 4), qo_lens=[40], kv_lens=[40], causal=False, window_left=0,
+              return_lse=True, layout="NHD")
+    yield "window0", p, _tag(p, "q40k40")
+
+
+# ---------------------------------------------------------------- single decode
+
+SINGLE_DECODE_KV = (1, 17, 100, 257)
+
+
+def _single_decode():
+    for dtype, head_dim, heads, k in _core_rows():
+        kv = SINGLE_DECODE_KV[k % len(SINGLE_DECODE_KV)]
+        window = (-1, 15)[(k // 3) % 2]
+        layout = ("NHD", "HND")[k % 2]
+        p = _base(dtype, head_dim, heads, qo_lens=[1], kv_lens=[kv], causal=False,
+                  window_left=window, return_lse=k % 2 == 0, layout=layout)
+        yield "grid", p, _tag(p, f"k{kv}", _mask_tag(False, window), layout.lower())
+    p = _base("fp16", 128, (8, 1), qo_lens=[1], kv_lens=[64], causal=False, window_left=-1,
+              sm_scale=0.2, return_lse=True, layout="NHD")
+    yield "sm_scale", p, _tag(p, "k64", "s0.2")
+
+
+# ---------------------------------------------------------------- paged / ragged prefill
+
+def _batch_lens(batch, k, decode=False):
+    """Deterministic, tile-unaligned per-request lengths: (qo_lens, kv_lens)."""
+    qo, kv = [], []
+    for r in range(batch):
+        kvl = 1 + (r * 37 + k * 11) % (23 if batch > 8 else 71)
+        q = 1 if decode else 1 + (r * 13 + k * 5) % min(kvl, 19)
+        qo.append(q)
+        kv.append(kvl)
+    return qo, kv
+
+
+# Page size x layout x cache form: all pairs in four rows.
+PAGED_FORMS = ((1, "NHD", "tuple"), (1, "HND", "single"), (16, "NHD", "single"),
+               (16, "HND", "tuple"))
+
+
+def _paged_prefill():
+    for dtype, head_dim, heads, k in _core_rows():
+        causal, window = MASKS[k % 4]
+        page_size, layout, form = PAGED_FORMS[(k // 3 + k) % 4]
+        batch = (1, 7)[k % 2]
+        qo, kv = _batch_lens(batch, k)
+        p = _base(dtype, head_dim, heads, qo_lens=qo, kv_lens=kv, causal=causal,
+                  window_left=window, return_lse=k % 3 != 2, layout=layout,
+                  page_size=page_size, cache_form=form,
+                  page_order=("shuffled", "sequential")[k % 3 == 0])
+        yield "grid", p, _tag(p, f"p{page_size}", layout.lower(), form, f"b{batch}",
+                              _mask_tag(causal, window))
+    yield from _batch_prefill_extras(paged=True)
+
+
+def _ragged_prefill():
+    for dtype, head_dim, heads, k in _core_rows():
+        causal, window = MASKS[(k + 1) % 4]
+        batch = (7, 1)[k % 2]
+        qo, kv = _batch_lens(batch, k + 3)
+        p = _base(dtype, head_dim, heads, qo_lens=qo, kv_lens=kv, causal=causal,
+                  window_left=window, return_lse=k % 2 == 0)
+        yield "grid", p, _tag(p, f"b{batch}", _mask_tag(causal, window))
+    yield from _batch_prefill_extras(paged=False)
+
+
+def _batch_prefill_extras(paged):
+    """Rows shared by paged and ragged prefill: big batch, split KV, vo != qk dims."""
+    def paged_bits(page_size, layout="NHD", form="tuple", order="shuffled"):
+        if not paged:
+            return {}, []
+        return ({"page_size": page_size, "layout": layout, "cache_form": form,
+                 "page_order": order}, [f"p{page_size}", layout.lower(), form])
+
+    extra, bits = paged_bits(16, "HND", "single")
+    qo, kv = _batch_lens(64, 1)
+    p = _base("bf16", 64, (4, 1), qo_lens=qo, kv_lens=kv, causal=True, window_left=-1,
+              return_lse=True, **extra)
+    yield "batch64", p, _tag(p, *bits, "b64", "causal")
+
+    # KV ranges that span several splits.
+    extra, bits = paged_bits(16, "NHD", "tuple")
+    p = _base("fp16", 128, (8, 2), qo_lens=[5, 1, 19], kv_lens=[211, 97, 150], causal=True,
+              window_left=-1, return_lse=True, max_kv_chunk=32, **extra)
+    yield "split_kv", p, _tag(p, *bits, "b3", "chunk32", "causal")
+    extra, bits = paged_bits(1, "HND", "single")
+    p = _base("fp32", 32, (2, 2), qo_lens=[3, 11], kv_lens=[130, 64], causal=False,
+              window_left=40, return_lse=True, max_kv_chunk=16, **extra)
+    yield "split_kv", p, _tag(p, *bits, "b2", "chunk16", "w40")
+
+    # head_dim_vo != head_dim_qk.
+    for dtype, qk, vo, causal in (("bf16", 128, 64, True), ("fp16", 64, 128, False)):
+        extra, bits = paged_bits(16)
+        qo, kv = _batch_lens(3, qk)
+        p = _base(dtype, qk, (4, 2), head_dim_vo=vo, qo_lens=qo, kv_lens=kv, causal=causal,
+                  window_left=-1, return_lse=True, **extra)
+        yield "vo_dim", p, _tag(p, *bits, "b3", _mask_tag(causal, -1))
+
+    if paged:
+        # Page ids past 65,535: a 16-bit page id would wrap. Page size 1 keeps the pool small.
+        p = _base("fp16", 64, (4, 1), qo_lens=[3, 9], kv_lens=[40, 25], causal=True,
+                  window_left=-1, return_lse=True, page_size=1, layout="NHD",
+                  cache_form="tuple", page_order="shuffled", page_id_offset=65536)
+        yield "page_ids_past_64k", p, _tag(p, "p1", "b2")
+        # Sequential pages with a last page that is exactly full.
+        p = _base("bf16", 128, (2, 1), qo_lens=[16, 4], kv_lens=[32, 48], causal=True,
+                  window_left=-1, return_lse=False, page_size=16, layout="NHD",
+                  cache_form="single", page_order="sequential")
+        yield "full_last_page", p, _tag(p, "p16", "b2")
+
+
+# ---------------------------------------------------------------- batch decode
+
+def _batch_decode():
+    for dtype, head_dim, heads, k in _core_rows():
+        window = (-1, -1, 20)[k % 3]
+        page_size, layout, form = PAGED_FORMS[(k // 2 + k) % 4]
+        batch = (1, 7)[k % 2]
+        _, kv = _batch_lens(batch, k, decode=True)
+        p = _base(dtype, head_dim, heads, qo_lens=[1] * batch, kv_lens=kv, causal=False,
+                  window_left=window, return_lse=k % 2 == 0, layout=layout,
+                  page_size=page_size, cache_form=form,
+                  page_order=("shuffled", "sequential")[k % 4 == 3])
+        yield "grid", p, _tag(p, f"p{page_size}", layout.lower(), form, f"b{batch}",
+                              _mask_tag(False, window))
+    _, kv = _batch_lens(64, 2, decode=True)
+    p = _base("bf16", 128, (8, 1), qo_lens=[1] * 64, kv_lens=kv, causal=False, window_left=-1,
+              return_lse=True, layout="NHD", page_size=16, cache_form="tuple",
+              page_order="shuffled")
+    yield "batch64", p, _tag(p, "p16", "b64")
+    p = _base("fp16", 64, (4, 2), qo_lens=[1] * 3, kv_lens=[300, 1, 129], causal=False,
+              window_left=-1, return_lse=True, layout="HND", page_size=16, cache_form="single",
+              page_order="shuffled", max_kv_chunk=32)
+    yield "split_kv", p, _tag(p, "p16", "b3", "chunk32")
+    p = _base("fp32", 128, (4, 1), qo_lens=[1] * 2, kv_lens=[40, 33], causal=False,
+              window_left=-1, return_lse=True, layout="NHD", page_size=1, cache_form="tuple",
+              page_order="shuffled", page_id_offset=65536)
+    yield "page_ids_past_64k", p, _tag(p, "p1", "b2")
+
+
+# ---------------------------------------------------------------- merge state
+
+def _merge_state():
+    # Non-causal, no window: each request's KV is split in two halves whose states merge
+    # back into the whole; kv_len >= 2 keeps both halves non-empty.
+    for i, (dtype, head_dim, heads, k) in enumerate(_core_rows()):
+        if i % 2:
+            continue
+        batch = (1, 3)[k % 2 == 0]
+        qo = [1 + (r * 7 + k) % 9 for r in range(batch)]
+        kv = [2 + (r * 29 + k * 5) % 61 for r in range(batch)]
+        for merge in ("out_of_place", "in_place"):
+            p = _base(dtype, head_dim, heads, qo_lens=qo, kv_lens=kv, causal=False,
+                      window_left=-1, return_lse=True, merge=merge)
+            yield merge, p, _tag(p, f"b{batch}")
+
+
+# ---------------------------------------------------------------- mixed batch
+
+def _mixed_batch():
+    # Decode-first: qo_lens = [1] * num_decodes + prefill lengths.
+    shapes = (
+        (1, [5]), (3, [17, 1 + 8]), (4, []), (0, [13, 2]), (7, [31]),
+    )
+    for n, (dtype, head_dim, heads, k) in enumerate(_core_rows()):
+        num_decodes, prefill = shapes[n % len(shapes)]
+        batch = num_decodes + len(prefill)
+        qo = [1] * num_decodes + list(prefill)
+        kv = [q + (r * 19 + k * 3) % 40 for r, q in enumerate(qo)]
+        window = (-1, -1, 24)[k % 3]
+        page_size = (16, 1)[k % 2]
+        p = _base(dtype, head_dim, heads, qo_lens=qo, kv_lens=kv, causal=True,
+                  window_left=window, return_lse=False, page_size=page_size,
+                  num_decodes=num_decodes, page_order=("shuffled", "sequential")[k % 3 == 1])
+        yield "grid", p, _tag(p, f"p{page_size}", f"dec{num_decodes}of{batch}",
+                              _mask_tag(True, window))
+
+
+_BY_OP = {
+    "single_prefill": _single_prefill,
+    "single_decode": _single_decode,
+    "paged_prefill": _paged_prefill,
+    "ragged_prefill": _ragged_prefill,
+    "batch_decode": _batch_decode,
+    "merge_state": _merge_state,
+    "mixed_batch": _mixed_batch,
+}
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        op = op_of(route)
+        if op not in _BY_OP:
+            continue
+        for variant, params, tag in _BY_OP[op]():
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect="match", tag=tag)

@@ -1,0 +1,376 @@
+"""bundled: the adapter for the HIP attention library in kernels/.
+
+Maps each route onto the library's FlashInfer-shaped API:
+
+  fa2.single_prefill    single_prefill_with_kv_cache
+  fa2.single_decode     single_decode_with_kv_cache (q [Hq, D])
+  fa2.paged_prefill     BatchPrefillWithPagedKVCacheWrapper.plan/run
+  fa2.ragged_prefill    BatchPrefillWithRaggedKVCacheWrapper.plan/run
+  fa2.batch_decode      BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=False
+  fa2_tc.batch_decode   the same, use_tensor_cores=True
+  aiter.batch_decode    the same, backend="aiter" (return_lse runs its fa2 shadow plan)
+  ll4mi.batch_decode    the same, backend="ll4mi" (its route selector decides the kernel)
+  fa2.merge_state       each request's KV split in two, both halves run through
+                        single_prefill(return_lse=True), then merge_state or
+                        merge_state_in_place; compared with the whole problem's reference
+  fa2.mixed_batch       decode_first_attention over a vLLM-shaped block-table cache
+
+Adapter-only params (harness/problem.py passes them through untouched):
+
+  layout          "NHD" (default) | "HND": the KV layout of caches and dense k/v
+  page_size       tokens per page (default 16)
+  cache_form      "tuple" (default): (k_cache, v_cache) | "single": one [pages, 2, ...] tensor
+  page_order      "shuffled" (default) | "sequential": page ids handed out in that order
+  page_id_offset  first page id used (pages below it exist, hold NaN, are never referenced);
+                  65536 puts every page id past 16 bits
+  max_kv_chunk    plan(max_kv_chunk=): split KV ranges longer than this (split-KV + merge)
+  use_cuda_graph  construct the wrapper in CUDA-graph mode with caller-owned index buffers
+  workspace_bytes size of the plan workspace (default 32 MiB)
+  merge           merge_state only: "out_of_place" (merge_state) | "in_place"
+  num_decodes     mixed_batch only: the first num_decodes requests are decodes (qo_len 1)
+  strided         the one tensor to pass as an adversarial view: a float tensor by its
+                  argument name ("q", "k", "v", "k_cache", "v_cache", "kv_cache", "out",
+                  "lse", "partial_state") gets stride(-1) == 2 with NaN in the skipped slots;
+                  "q_heads" is a head-sliced q (rows strided, last dim packed); an index
+                  tensor ("qo_indptr", "kv_indptr", "kv_indices", "last_page_len",
+                  "query_start_loc", "seq_lens", "block_table") is made non-contiguous
+                  along dim 0 (every other element of a poisoned buffer)
+  index_dtype     {index tensor name: "int32" | "int64"}; unnamed ones are int32
+  mismatch        {"field": ..., "value": ...}: plan() gets the problem, run() gets tensors
+                  that disagree with it in that one field (see bundled_mismatch.py)
+  scenario        a named multi-call script (see bundled_scenarios.py)
+
+A case naming a tensor the route never passes is skipped, not silently ignored.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from harness.routes import BUNDLED_ROUTES
+from harness.targets.base import Skip, Target
+from harness.targets.bundled_layout import Views, block_table, build_paged, to_layout
+from harness.targets.bundled_mismatch import perturb, perturb_ragged, planned_rows
+
+WORKSPACE_BYTES = 32 << 20
+
+
+def _kernels():
+    import kernels  # deferred: importing the adapter must not build the library
+    return kernels
+
+
+class Call:
+    """One case's calls: the problem, its buffers, and the views the case asks for."""
+
+    def __init__(self, case, problem, buffers):
+        self.case, self.problem, self.buffers = case, problem, buffers
+        self.params: Mapping[str, Any] = case.params
+        self.views = Views(case.params, buffers)
+        self.device = problem.device
+        self.layout = self.params.get("layout", "NHD")
+        self.mismatch = self.params.get("mismatch")
+
+    @property
+    def sm_scale(self):
+        # None exercises the library's own default; the reference uses 1/sqrt(head_dim).
+        return self.params.get("sm_scale")
+
+    def out(self, rows: int, name: str = "out"):
+        p = self.problem
+        return self.views.output(name, (rows, p.num_qo_heads, p.head_dim_vo), p.dtype)
+
+    def lse(self, rows: int, name: str = "lse"):
+        if not self.problem.return_lse:
+            return None
+        return self.views.output(name, (rows, self.problem.num_qo_heads), torch.float32)
+
+    def workspace(self) -> torch.Tensor:
+        n = int(self.params.get("workspace_bytes", WORKSPACE_BYTES))
+        return torch.empty(n, dtype=torch.uint8, device=self.device)
+
+    def ready(self, stage: str) -> None:
+        """Everything the case names must be in place before the library sees it."""
+        self.views.check_used()
+        self.buffers.stage(stage)
+
+    def result(self, out, lse, rows: int | None = None) -> dict:
+        rows = out.shape[0] if rows is None else rows
+        res = {"o": out[:rows]}
+        if self.problem.return_lse:
+            res["lse"] = lse[:rows]
+        return res
+
+
+# ------------------------------------------------------------------ single routes
+
+def single_prefill(c: Call) -> dict:
+    p, k_ = c.problem, _kernels()
+    if p.batch_size != 1:
+        raise Skip("single prefill takes one request")
+    q = c.views.input("q", p.q[0].contiguous())
+    k = c.views.input("k", to_layout(p.k[0], c.layout))
+    v = c.views.input("v", to_layout(p.v[0], c.layout))
+    out, lse = c.out(p.qo_lens[0]), c.lse(p.qo_lens[0])
+    c.ready("run")
+    k_.single_prefill_with_kv_cache(
+        q, k, v, causal=p.causal, kv_layout=c.layout, window_left=p.window_left,
+        sm_scale=c.sm_scale, return_lse=p.return_lse, out=out, lse=lse)
+    return c.result(out, lse)
+
+
+def single_decode(c: Call) -> dict:
+    p, k_ = c.problem, _kernels()
+    if p.batch_size != 1 or p.qo_lens[0] != 1:
+        raise Skip("single decode takes one request with one query token")
+    q = c.views.input("q", p.q[0][0].contiguous())
+    k = c.views.input("k", to_layout(p.k[0], c.layout))
+    v = c.views.input("v", to_layout(p.v[0], c.layout))
+    out = c.views.output("out", (p.num_qo_heads, p.head_dim_vo), p.dtype)
+    lse = c.views.output("lse", (p.num_qo_heads,), torch.float32) if p.return_lse else None
+    c.ready("run")
+    k_.single_decode_with_kv_cache(
+        q, k, v, kv_layout=c.layout, window_left=p.window_left, sm_scale=c.sm_scale,
+        return_lse=p.return_lse, use_tensor_cores=False, out=out, lse=lse)
+    res = {"o": out.unsqueeze(0)}
+    if p.return_lse:
+        res["lse"] = lse.unsqueeze(0)
+    return res
+
+
+# ------------------------------------------------------------------ batch routes
+
+def _paged_inputs(c: Call):
+    """Plan-side index tensors and the run-side cache of a paged route."""
+    p = c.problem
+    paged = build_paged(p, int(c.params.get("page_size", 16)), c.layout,
+                        c.params.get("page_order", "shuffled"),
+                        int(c.params.get("page_id_offset", 0)), c.case.seed)
+    idx = {
+        "kv_indptr": c.views.index("kv_indptr", paged.indptr, "cpu"),
+        "kv_indices": c.views.index("kv_indices", paged.indices, c.device),
+        "last_page_len": c.views.index("last_page_len", paged.last_page_len, "cpu"),
+    }
+    return paged, idx
+
+
+def _cache(c: Call, paged):
+    form = c.params.get("cache_form", "tuple")
+    cache = paged.cache(form)
+    if form == "single":
+        return c.views.input("kv_cache", cache)
+    return (c.views.input("k_cache", cache[0]), c.views.input("v_cache", cache[1]))
+
+
+def _graph_buffers(c: Call, idx: dict, qo_indptr=None) -> dict:
+    """Caller-owned capacity buffers of a CUDA-graph-mode wrapper, sized to this batch."""
+    if not c.params.get("use_cuda_graph"):
+        return {}
+    b = c.problem.batch_size
+    bufs = {
+        "paged_kv_indptr_buf": torch.empty(b + 1, dtype=torch.int32, device=c.device),
+        "paged_kv_indices_buf": torch.empty(max(1, idx["kv_indices"].numel()),
+                                            dtype=torch.int32, device=c.device),
+        "paged_kv_last_page_len_buf": torch.empty(b, dtype=torch.int32, device=c.device),
+    }
+    if qo_indptr is not None:
+        bufs["qo_indptr_buf"] = torch.empty(b + 1, dtype=torch.int32, device=c.device)
+    return bufs
+
+
+def paged_prefill(c: Call) -> dict:
+    p, k_ = c.problem, _kernels()
+    paged, idx = _paged_inputs(c)
+    qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
+    wrapper = k_.BatchPrefillWithPagedKVCacheWrapper(
+        c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+        **_graph_buffers(c, idx, qo_indptr))
+    q = c.problem.q_packed()
+    cache = _cache(c, paged)
+    q, cache = perturb(c, q, cache)
+    q = c.views.input("q", q)
+    out_rows, rows = planned_rows(c)
+    out, lse = c.out(out_rows), c.lse(out_rows)
+    c.ready("plan")
+    wrapper.plan(qo_indptr, idx["kv_indptr"], idx["kv_indices"], idx["last_page_len"],
+                 p.num_qo_heads, p.num_kv_heads, p.head_dim, paged.page_size,
+                 head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
+                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
+                 max_kv_chunk=c.params.get("max_kv_chunk"))
+    c.buffers.stage("run")
+    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse)
+    return c.result(out, lse, rows)
+
+
+def ragged_prefill(c: Call) -> dict:
+    p, k_ = c.problem, _kernels()
+    if c.layout != "NHD":
+        raise Skip("ragged k/v are token-major (NHD) only")
+    qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
+    kv_indptr = c.views.index("kv_indptr", p.kv_indptr.tolist(), "cpu")
+    wrapper = k_.BatchPrefillWithRaggedKVCacheWrapper(c.workspace(), kv_layout="NHD")
+    q, k, v = p.q_packed(), p.k_packed(), p.v_packed()
+    q, k, v = perturb_ragged(c, q, k, v)
+    q, k, v = c.views.input("q", q), c.views.input("k", k), c.views.input("v", v)
+    out_rows, rows = planned_rows(c)
+    out, lse = c.out(out_rows), c.lse(out_rows)
+    c.ready("plan")
+    wrapper.plan(qo_indptr, kv_indptr, p.num_qo_heads, p.num_kv_heads, p.head_dim,
+                 head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
+                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
+                 max_kv_chunk=c.params.get("max_kv_chunk"))
+    c.buffers.stage("run")
+    wrapper.run(q, k, v, out=out, lse=lse, return_lse=p.return_lse)
+    return c.result(out, lse, rows)
+
+
+DECODE_BACKENDS = {"fa2": ("fa2", False), "fa2_tc": ("fa2", True),
+                   "aiter": ("aiter", False), "ll4mi": ("ll4mi", False)}
+
+
+def decode_wrapper(c: Call, idx: dict):
+    backend, tensor_cores = DECODE_BACKENDS[c.case.backend]
+    return _kernels().BatchDecodeWithPagedKVCacheWrapper(
+        c.workspace(), kv_layout=c.layout,
+        use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+        use_tensor_cores=tensor_cores, backend=backend, **_graph_buffers(c, idx))
+
+
+def batch_decode(c: Call) -> dict:
+    p = c.problem
+    if any(n != 1 for n in p.qo_lens):
+        raise Skip("batch decode takes one query token per request")
+    if p.head_dim_vo != p.head_dim:
+        raise Skip("batch decode plans one head_dim for k and v")
+    if p.causal:
+        raise Skip("batch decode has no causal flag (one query token sees its whole KV)")
+    paged, idx = _paged_inputs(c)
+    wrapper = decode_wrapper(c, idx)
+    q = p.q_packed()
+    cache = _cache(c, paged)
+    q, cache = perturb(c, q, cache)
+    q = c.views.input("q", q)
+    out_rows, rows = planned_rows(c)
+    out, lse = c.out(out_rows), c.lse(out_rows)
+    c.ready("plan")
+    wrapper.plan(idx["kv_indptr"], idx["kv_indices"], idx["last_page_len"],
+                 p.num_qo_heads, p.num_kv_heads, p.head_dim, paged.page_size,
+                 window_left=p.window_left, q_data_type=p.dtype, kv_data_type=p.dtype,
+                 sm_scale=c.sm_scale, max_kv_chunk=c.params.get("max_kv_chunk"))
+    c.buffers.stage("run")
+    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse)
+    return c.result(out, lse, rows)
+
+
+# ------------------------------------------------------------------ merge and mixed
+
+def merge_state(c: Call) -> dict:
+    """Two partial states per request (KV halves, through the library), merged back."""
+    p, k_ = c.problem, _kernels()
+    if p.causal or p.window_left >= 0:
+        raise Skip("merge cases split KV in halves; a mask would not split with it")
+    if any(n < 2 for n in p.kv_lens):
+        raise Skip("merge cases need kv_len >= 2 so both halves are non-empty")
+    rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
+    halves = []
+    c.buffers.stage("partial")
+    for half in (0, 1):
+        o_half = c.buffers.output((rows, hq, dv), p.dtype, f"o_{'ab'[half]}")
+        s_half = c.buffers.output((rows, hq), torch.float32, f"lse_{'ab'[half]}")
+        for r, (q, k, v, lq, lk) in enumerate(zip(p.q, p.k, p.v, p.qo_lens, p.kv_lens)):
+            cut = lk // 2
+            sl = slice(0, cut) if half == 0 else slice(cut, lk)
+            lo = int(p.qo_indptr[r])
+            k_.single_prefill_with_kv_cache(
+                q.contiguous(), k[sl].contiguous(), v[sl].contiguous(), causal=False,
+                kv_layout="NHD", window_left=-1, sm_scale=c.sm_scale, return_lse=True,
+                out=o_half[lo:lo + lq], lse=s_half[lo:lo + lq])
+        halves.append((o_half, s_half))
+    (va, sa), (vb, sb) = halves
+    merge = c.params.get("merge", "out_of_place")
+    if merge == "out_of_place":
+        for t, name in ((va, "v_a"), (sa, "s_a"), (vb, "v_b"), (sb, "s_b")):
+            c.views.input(name, t)
+        c.ready("run")
+        v, s = k_.merge_state(va, sa, vb, sb)
+    elif merge == "in_place":
+        v = c.views.output("v", (rows, hq, dv), p.dtype)
+        s = c.views.output("s", (rows, hq), torch.float32)
+        v.copy_(va)
+        s.copy_(sa)
+        vb, sb = c.views.input("v_other", vb), c.views.input("s_other", sb)
+        c.ready("run")
+        k_.merge_state_in_place(v, s, vb, sb)
+    else:
+        raise Skip(f"merge must be out_of_place or in_place, got {merge!r}")
+    return c.result(v, s)
+
+
+def mixed_batch(c: Call) -> dict:
+    """decode_first_attention: decodes first, split from prefills by query_start_loc."""
+    p, k_ = c.problem, _kernels()
+    nd = int(c.params.get("num_decodes", 0))
+    if any(n != 1 for n in p.qo_lens[:nd]):
+        raise Skip("a decode-first batch needs qo_len 1 for its first num_decodes requests")
+    if p.head_dim_vo != p.head_dim:
+        raise Skip("the block-table cache holds one head_dim for k and v")
+    paged = build_paged(p, int(c.params.get("page_size", 16)), "NHD",
+                        c.params.get("page_order", "shuffled"),
+                        int(c.params.get("page_id_offset", 0)), c.case.seed)
+    qsl = c.views.index("query_start_loc", p.qo_indptr.tolist(), c.device)
+    seq_lens = c.views.index("seq_lens", p.kv_lens, c.device)
+    table = c.views.index("block_table", block_table(paged, p.batch_size), c.device)
+    query = c.views.input("q", p.q_packed())
+    key_cache = c.views.input("k_cache", paged.k_pages)
+    value_cache = c.views.input("v_cache", paged.v_pages)
+    if p.return_lse:
+        raise Skip("decode_first_attention returns no LSE")
+    rows = sum(p.qo_lens)
+    out = c.out(rows)
+    c.ready("run")
+    k_.decode_first_attention(
+        query, key_cache, value_cache, qsl, seq_lens, table, num_decodes=nd,
+        num_decode_tokens=nd, out=out, causal=p.causal, window_left=p.window_left,
+        sm_scale=c.sm_scale)
+    return {"o": out}
+
+
+OPS = {
+    "single_prefill": single_prefill,
+    "single_decode": single_decode,
+    "paged_prefill": paged_prefill,
+    "ragged_prefill": ragged_prefill,
+    "batch_decode": batch_decode,
+    "merge_state": merge_state,
+    "mixed_batch": mixed_batch,
+}
+
+
+class BundledTarget(Target):
+    name = "bundled"
+    routes = BUNDLED_ROUTES
+
+    def version(self) -> str:
+        return str(getattr(_kernels(), "__version__", "0"))
+
+    def build_id(self) -> str:
+        fn = getattr(_kernels(), "build_id", None)
+        return str(fn()) if callable(fn) else ""
+
+    def platform(self) -> str:
+        fn = getattr(_kernels(), "platform", None)
+        return str(fn()) if callable(fn) else "host"
+
+    def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
+        if case.route not in self.routes:
+            raise Skip(f"the bundled library has no route {case.route!r}")
+        c = Call(case, problem, buffers)
+        if c.params.get("scenario"):
+            from harness.targets.bundled_scenarios import run_scenario
+            return run_scenario(c)
+        return OPS[case.op](c)
+
+
+def make_target() -> BundledTarget:
+    return BundledTarget()

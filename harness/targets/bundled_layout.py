@@ -1,0 +1,156 @@
+"""How the bundled adapter lays a logical problem out for the library.
+
+Everything here is pure tensor plumbing, shared by every route: a paged KV
+cache (FlashInfer's NHD/HND pages, as a (k, v) tuple or one [pages, 2, ...]
+tensor), vLLM's block-table cache for mixed batches, and the per-case
+perturbations (a strided or head-sliced view, a non-contiguous or int64
+index tensor) that the strided family names in its params.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from harness.builders import every_other, head_sliced, strided_last_dim
+from harness.targets.base import Skip
+
+# Index tensors the strided family may name; every other name is a float tensor.
+INDEX_TENSORS = ("qo_indptr", "kv_indptr", "kv_indices", "last_page_len",
+                 "query_start_loc", "seq_lens", "block_table")
+INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
+
+
+class Views:
+    """Applies the case's `strided` / `index_dtype` params to the tensors it names."""
+
+    def __init__(self, params, buffers):
+        self.strided = params.get("strided")
+        self.index_dtype = params.get("index_dtype") or {}
+        self.buffers = buffers
+        self.used = set()
+
+    def input(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """An input tensor as the case wants it passed, fingerprinted."""
+        if self.strided == name:
+            t = strided_last_dim(t)
+            self.used.add(name)
+        elif self.strided == name + "_heads":
+            t = head_sliced(t)
+            self.used.add(self.strided)
+        self.buffers.watch(t, name)
+        return t
+
+    def index(self, name: str, values, device) -> torch.Tensor:
+        """An int32 index tensor (or the dtype/view the case names), fingerprinted."""
+        dtype = INDEX_DTYPES[self.index_dtype.get(name, "int32")]
+        if name in self.index_dtype:
+            self.used.add("index_dtype:" + name)
+        t = torch.as_tensor(values, dtype=torch.int64).to(dtype).to(device)
+        if self.strided == name:
+            t = every_other(t)
+            self.used.add(name)
+        self.buffers.watch(t, name)
+        return t
+
+    def output(self, name: str, shape, dtype) -> torch.Tensor:
+        """A canary-banded, NaN-poisoned output; strided when the case names it."""
+        shape = tuple(int(n) for n in shape)
+        if self.strided == name:
+            self.used.add(name)
+            wide = self.buffers.output((*shape[:-1], 2 * shape[-1]), dtype, name)
+            return wide[..., ::2]
+        return self.buffers.output(shape, dtype, name)
+
+    def check_used(self) -> None:
+        """A case naming a tensor this route never passes cannot be expressed here."""
+        wanted = set()
+        if self.strided:
+            wanted.add(self.strided)
+        wanted |= {"index_dtype:" + n for n in self.index_dtype}
+        missing = wanted - self.used
+        if missing:
+            raise Skip(f"this route passes no tensor named {sorted(missing)}")
+
+
+def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """[tokens, H, D] (NHD) -> HND [H, tokens, D] when asked; always contiguous."""
+    if layout == "NHD":
+        return t.contiguous()
+    if layout == "HND":
+        return t.transpose(0, 1).contiguous()
+    raise Skip(f"layout must be NHD or HND, got {layout!r}")
+
+
+@dataclass
+class PagedKV:
+    k_pages: torch.Tensor      # [num_pages, page_size, Hkv, D] (NHD) or [num_pages, Hkv, page_size, D]
+    v_pages: torch.Tensor
+    indptr: list[int]          # [batch + 1] into indices
+    indices: list[int]         # page ids, request after request
+    last_page_len: list[int]   # [batch]
+    page_size: int
+    layout: str
+
+    def cache(self, form: str):
+        """The cache as the library takes it: a (k, v) tuple or one [pages, 2, ...] tensor."""
+        if form == "tuple":
+            return self.k_pages, self.v_pages
+        if form == "single":
+            if self.k_pages.shape != self.v_pages.shape:
+                raise Skip("a single-tensor cache needs head_dim_vo == head_dim")
+            return torch.stack((self.k_pages, self.v_pages), dim=1)
+        raise Skip(f"cache_form must be tuple or single, got {form!r}")
+
+
+def page_ids(num_pages: int, order: str, offset: int, seed: int) -> list[int]:
+    ids = list(range(offset, offset + num_pages))
+    if order == "shuffled":
+        random.Random(seed).shuffle(ids)
+    elif order != "sequential":
+        raise Skip(f"page_order must be shuffled or sequential, got {order!r}")
+    return ids
+
+
+def build_paged(problem, page_size: int, layout: str = "NHD", order: str = "shuffled",
+                offset: int = 0, seed: int = 0) -> PagedKV:
+    """A paged cache holding the problem's k/v; every slot no request owns is NaN.
+
+    Pages below `offset` exist but are never referenced, so a 16-bit page id
+    (or a 32-bit page * stride product) lands on NaN instead of real data.
+    """
+    if page_size < 1:
+        raise Skip(f"page_size must be >= 1, got {page_size}")
+    counts = [max(1, -(-n // page_size)) for n in problem.kv_lens]
+    total = sum(counts)
+    ids = page_ids(total, order, offset, seed)
+    hkv, d, dv = problem.num_kv_heads, problem.head_dim, problem.head_dim_vo
+    dev, dt = problem.device, problem.dtype
+    pool = offset + total
+    k_pages = torch.full((pool, page_size, hkv, d), float("nan"), dtype=dt, device=dev)
+    v_pages = torch.full((pool, page_size, hkv, dv), float("nan"), dtype=dt, device=dev)
+    indptr, indices, last = [0], [], []
+    for r, (k, v, n, c) in enumerate(zip(problem.k, problem.v, problem.kv_lens, counts)):
+        mine = ids[indptr[-1]:indptr[-1] + c]
+        for p, page in enumerate(mine):
+            lo, hi = p * page_size, min(n, (p + 1) * page_size)
+            if hi > lo:
+                k_pages[page, :hi - lo] = k[lo:hi]
+                v_pages[page, :hi - lo] = v[lo:hi]
+        indices.extend(mine)
+        indptr.append(indptr[-1] + c)
+        last.append(n - (c - 1) * page_size if n else 0)
+    if layout == "HND":
+        k_pages = k_pages.transpose(1, 2).contiguous()
+        v_pages = v_pages.transpose(1, 2).contiguous()
+    elif layout != "NHD":
+        raise Skip(f"layout must be NHD or HND, got {layout!r}")
+    return PagedKV(k_pages, v_pages, indptr, indices, last, page_size, layout)
+
+
+def block_table(paged: PagedKV, batch: int) -> list[list[int]]:
+    """vLLM's [batch, max_blocks] block table; rows padded with the request's last page."""
+    rows = [paged.indices[paged.indptr[r]:paged.indptr[r + 1]] for r in range(batch)]
+    width = max((len(r) for r in rows), default=1)
+    return [r + [r[-1]] * (width - len(r)) for r in rows]

@@ -1,0 +1,131 @@
+"""run() tensors that disagree with plan() in one field (the mis-planned family).
+
+plan() always gets the problem as the case describes it; these functions
+bend the tensors handed to run() afterwards. Each field changes exactly one
+thing, keeps every other dimension as planned, and keeps the data finite,
+so a run that accepts the tensor computes plausible numbers: the harness
+must see `silent`, not a NaN that a lucky comparison would flag anyway.
+
+Fields (params["mismatch"] = {"field": f, "value": n}):
+  num_qo_heads   q with n heads                       head_dim_qk  q with last dim n
+  num_kv_heads   the cache (or ragged k, v) with n heads
+  head_dim_vo    v (v_cache, ragged v) with last dim n
+  page_size      the same pool viewed as pages of n tokens
+  rank           q flattened to [rows, heads * head_dim]
+  q_rows         q with n rows; out keeps the planned rows. n below the plan
+                 must be refused; above it is the padding CUDA-graph callers
+                 use, allowed up to capacity: out then has n rows too and
+                 the first planned rows are compared
+  kv_rows        ragged k and v with n rows
+  dtype          q cast to n ("fp16" | "bf16" | "fp32")
+"""
+from __future__ import annotations
+
+import torch
+
+from harness.problem import DTYPES
+from harness.targets.base import Skip
+
+
+def _resize(t: torch.Tensor, dim: int, n: int) -> torch.Tensor:
+    """t with size n along dim: cut, or grown by repeating its own slices."""
+    size = t.shape[dim]
+    if n <= size:
+        return t.narrow(dim, 0, n).contiguous()
+    if size == 0:
+        raise Skip("cannot grow an empty dimension")
+    reps = -(-n // size)
+    return torch.cat([t] * reps, dim=dim).narrow(dim, 0, n).contiguous()
+
+
+def _field(c):
+    mm = c.mismatch
+    if not mm:
+        return None, None
+    return mm["field"], mm["value"]
+
+
+def _q(c, q: torch.Tensor, field, n):
+    if field == "num_qo_heads":
+        return _resize(q, 1, n)
+    if field == "head_dim_qk":
+        return _resize(q, -1, n)
+    if field == "rank":
+        return q.reshape(q.shape[0], -1)
+    if field == "q_rows":
+        return _resize(q, 0, n)
+    if field == "dtype":
+        return q.to(DTYPES[n])
+    return None
+
+
+def planned_rows(c):
+    """(rows out must have, rows to compare) after a q_rows mismatch."""
+    field, n = _field(c)
+    planned = sum(c.problem.qo_lens)
+    if field == "q_rows" and n > planned:
+        return n, planned
+    return planned, planned
+
+
+def _head_axis(c, form: str) -> int:
+    axis = 2 if c.layout == "NHD" else 1           # [pages, ps, H, D] / [pages, H, ps, D]
+    return axis + (1 if form == "single" else 0)   # [pages, 2, ...]
+
+
+def _page_axis(c, form: str) -> int:
+    axis = 1 if c.layout == "NHD" else 2
+    return axis + (1 if form == "single" else 0)
+
+
+def _repage(t: torch.Tensor, axis: int, n: int) -> torch.Tensor:
+    """The same storage viewed as pages of n tokens (page axis `axis`)."""
+    total = t.numel()
+    per_token = total // (t.shape[0] * t.shape[axis])
+    tokens = t.shape[0] * t.shape[axis]
+    if tokens % n:
+        raise Skip(f"the pool of {tokens} tokens does not split into pages of {n}")
+    shape = list(t.shape)
+    shape[0], shape[axis] = tokens // n, n
+    assert per_token * tokens == total
+    return t.contiguous().reshape(shape)
+
+
+def perturb(c, q: torch.Tensor, cache):
+    """(q, cache) for a paged route's run()."""
+    field, n = _field(c)
+    if field is None:
+        return q, cache
+    form = c.params.get("cache_form", "tuple")
+    new_q = _q(c, q, field, n)
+    if new_q is not None:
+        return new_q, cache
+    parts = list(cache) if isinstance(cache, tuple) else [cache]
+    if field == "num_kv_heads":
+        parts = [_resize(t, _head_axis(c, form), n) for t in parts]
+    elif field == "head_dim_vo":
+        if form != "tuple":
+            raise Skip("head_dim_vo differs from head_dim_qk only in a (k, v) tuple cache")
+        parts[1] = _resize(parts[1], -1, n)
+    elif field == "page_size":
+        parts = [_repage(t, _page_axis(c, form), n) for t in parts]
+    else:
+        raise Skip(f"mismatch field {field!r} does not apply to a paged route")
+    return q, (tuple(parts) if isinstance(cache, tuple) else parts[0])
+
+
+def perturb_ragged(c, q, k, v):
+    """(q, k, v) for ragged prefill's run()."""
+    field, n = _field(c)
+    if field is None:
+        return q, k, v
+    new_q = _q(c, q, field, n)
+    if new_q is not None:
+        return new_q, k, v
+    if field == "num_kv_heads":
+        return q, _resize(k, 1, n), _resize(v, 1, n)
+    if field == "head_dim_vo":
+        return q, k, _resize(v, -1, n)
+    if field == "kv_rows":
+        return q, _resize(k, 0, n), _resize(v, 0, n)
+    raise Skip(f"mismatch field {field!r} does not apply to ragged prefill")
