@@ -1,0 +1,138 @@
+"""bisect names the commit that changed a case's outcome.
+
+The first tests use a stub `harness` package in a throwaway repo, so they
+check the git mechanics (good/bad/skip/crash, reset on exit) in a second.
+The last one bisects a copy of this project whose history disables a guard.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.bisect import bisect
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STUB = '''
+import os, signal, sys
+state = open("state.txt").read().strip()
+if sys.argv[1:3] != ["repro", "the/case"]:
+    sys.exit(4)
+if state == "crash":
+    os.kill(os.getpid(), signal.SIGSEGV)
+sys.exit({"good": 0, "bad": 1, "nobuild": 5}[state])
+'''
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def init_repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "ci@example.invalid")
+    git(path, "config", "user.name", "ci")
+    git(path, "config", "commit.gpgsign", "false")
+    return path
+
+
+def commit(repo: Path, subject: str, files: dict[str, str]) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", subject)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def stub_repo(tmp_path, states):
+    repo = init_repo(tmp_path / "repo")
+    shas = [commit(repo, f"step {i}: {s}", {"harness/__init__.py": "", "harness/__main__.py": STUB,
+                                              "state.txt": s, "step.txt": str(i)})
+            for i, s in enumerate(states)]
+    return repo, shas
+
+
+@pytest.mark.parametrize("states, culprit", [
+    (["good", "good", "bad", "bad", "bad"], 2),
+    (["good", "good", "good", "crash", "crash"], 3),
+    (["good", "nobuild", "good", "bad", "bad"], 3),
+])
+def test_bisect_names_first_bad_commit(tmp_path, states, culprit):
+    repo, shas = stub_repo(tmp_path, states)
+    result = bisect(repo, shas[0], shas[-1], "the/case", cache_dir=str(tmp_path / "cache"))
+    assert result["commit"] == shas[culprit], result["output"]
+    assert result["subject"] == f"step {culprit}: {states[culprit]}"
+    assert git(repo, "rev-parse", "HEAD") == shas[-1]  # reset back to where it was
+    assert subprocess.run(["git", "-C", str(repo), "bisect", "log"], capture_output=True).returncode != 0
+
+
+def test_bisect_lists_candidates_when_skips_hide_the_culprit(tmp_path):
+    repo, shas = stub_repo(tmp_path, ["good", "nobuild", "bad", "bad"])
+    result = bisect(repo, shas[0], shas[-1], "the/case", cache_dir=str(tmp_path / "cache"))
+    assert result["commit"] is None and set(result["candidates"]) == {shas[1], shas[2]}
+    assert git(repo, "rev-parse", "HEAD") == shas[-1]
+
+
+def test_bisect_refuses_dirty_tree(tmp_path):
+    repo, shas = stub_repo(tmp_path, ["good", "bad"])
+    (repo / "state.txt").write_text("edited")
+    with pytest.raises(RuntimeError, match="uncommitted"):
+        bisect(repo, shas[0], shas[-1], "the/case")
+
+
+GUARDS = ROOT / "kernels" / "guards.py"
+# Appended by one commit of the test history: the guard stays registered but never runs,
+# which is the library before its fix.
+DROP_GUARD = """
+
+_disabled_before_drop = disabled
+
+
+def disabled() -> set[str]:
+    return _disabled_before_drop() | {{{name!r}}}
+"""
+
+
+def _project_copy(dest: Path) -> Path:
+    ignore = shutil.ignore_patterns(".git", ".venv", ".cache", "results", "out", "__pycache__",
+                                    "*.egg-info", "build", ".whl", ".gl")
+    shutil.copytree(ROOT, dest, ignore=ignore)
+    return init_repo(dest)
+
+
+def _strided_case():
+    """A strided-q case on a cheap route: the last_dim_contiguous guard is what makes it pass."""
+    from cases import family_names, generate
+    if "strided" not in family_names():
+        pytest.skip("cases/strided.py has not landed yet")
+    for case in generate(["strided"]):
+        if case.route == "fa2.single_prefill" and "q" in case.variant:
+            return case.id
+    pytest.skip("no strided fa2.single_prefill case on q yet")
+
+
+@pytest.mark.skipif(not GUARDS.exists(), reason="kernels/guards.py has not landed yet")
+@pytest.mark.skipif(not (ROOT / "harness" / "__main__.py").exists(),
+                    reason="python -m harness (repro) has not landed yet")
+def test_bisect_finds_commit_that_disables_a_guard(tmp_path):
+    case_id = _strided_case()
+    repo = _project_copy(tmp_path / "project")
+    shas = [commit(repo, "Project as it is", {})]
+    shas.append(commit(repo, "Notes: one", {"NOTES.txt": "one\n"}))
+    shas.append(commit(repo, "Notes: two", {"NOTES.txt": "one\ntwo\n"}))
+    guards = GUARDS.read_text() + DROP_GUARD.format(name="last_dim_contiguous")
+    shas.append(commit(repo, "Drop the last-dim stride guard", {"kernels/guards.py": guards}))
+    shas.append(commit(repo, "Notes: three", {"NOTES.txt": "one\ntwo\nthree\n"}))
+    shas.append(commit(repo, "Notes: four", {"NOTES.txt": "one\ntwo\nthree\nfour\n"}))
+    result = bisect(repo, shas[0], shas[-1], case_id, timeout=300,
+                    cache_dir=str(ROOT / ".cache" / "kernels"))
+    assert result["commit"] == shas[3], result["output"]
+    assert result["subject"] == "Drop the last-dim stride guard"
+    assert git(repo, "rev-parse", "HEAD") == shas[-1]
