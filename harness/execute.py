@@ -1,0 +1,133 @@
+"""Run one case against one target in this process and classify it.
+
+Stages: "build inputs" -> (the adapter's "plan", "run") -> "compare". The
+stage reached is recorded on the result, and on_stage is told at every step
+so that a worker that dies can still say where.
+
+What is a harness error (raised) and what is an outcome (returned):
+- bad params are a case bug: build_problem's ValueError propagates;
+- an exception out of target.run is the library refusing: an outcome;
+- a case with no reference (a GQA group that does not divide) that runs
+  without error is `silent` when it must be refused, and a case bug
+  otherwise: it can never be checked.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from harness import platform_info
+from harness.builders import Buffers
+from harness.case import Case
+from harness.classify import Verdict, classify, crash_verdict
+from harness.compare import compare, missing, summarize
+from harness.problem import build_problem
+from harness.reference import NoReference, attention_reference
+from harness.targets.base import Skip, Target
+
+
+class CaseBug(RuntimeError):
+    """The case itself is inconsistent (not a library outcome)."""
+
+
+@dataclass
+class CaseResult:
+    outcome: str
+    passed: bool
+    max_abs_diff: float | None
+    n_wrong: int | None
+    n_total: int | None
+    first_bad_index: tuple | None
+    message: str
+    error_type: str
+    stage: str
+    duration_s: float
+
+    def as_dict(self) -> dict:
+        row = asdict(self)
+        if self.first_bad_index is not None:
+            row["first_bad_index"] = list(self.first_bad_index)
+        return row
+
+
+# A sticky device fault poisons the context: it is a crash, not a refusal.
+_DEVICE_FAULT = re.compile(r"(CUDA|HIP) error|hipError|cudaError|illegal memory access|"
+                           r"device-side assert|HSA_STATUS|memory access fault", re.I)
+
+
+def is_device_fault(error: BaseException) -> bool:
+    accel = getattr(torch, "AcceleratorError", None)
+    if accel is not None and isinstance(error, accel):
+        return True
+    return isinstance(error, RuntimeError) and bool(_DEVICE_FAULT.search(str(error)))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def execute_case(case: Case, target: Target, device: torch.device | str | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> CaseResult:
+    start = time.perf_counter()
+    device = torch.device(device) if device is not None else platform_info.device()
+    buffers = Buffers(device, on_stage=on_stage)
+
+    def done(verdict: Verdict, summary=None, error_type: str = "") -> CaseResult:
+        return CaseResult(
+            outcome=verdict.outcome, passed=verdict.passed,
+            max_abs_diff=summary.max_abs_diff if summary else None,
+            n_wrong=summary.n_wrong if summary else None,
+            n_total=summary.n_total if summary else None,
+            first_bad_index=summary.first_bad_index if summary else None,
+            message=verdict.message, error_type=error_type, stage=buffers.current_stage,
+            duration_s=time.perf_counter() - start)
+
+    buffers.stage("build inputs")
+    problem = build_problem(case.params, case.seed, device)
+
+    try:
+        result = target.run(case, problem, buffers)
+        _sync(device)
+    except Skip as skip:
+        return done(classify(case, skip_reason=str(skip) or "skipped by the adapter"))
+    except Exception as error:  # noqa: BLE001 - every library exception is an outcome
+        if is_device_fault(error):
+            verdict = crash_verdict(case, f"device error {type(error).__name__}: {error}",
+                                    buffers.current_stage)
+            return done(verdict, error_type=type(error).__name__)
+        corruption = buffers.check()
+        return done(classify(case, error=error, corruption=corruption), error_type=type(error).__name__)
+
+    corruption = buffers.check()
+    if corruption:
+        return done(classify(case, corruption=corruption))
+
+    buffers.stage("compare")
+    result = dict(result or {})
+    if "expected" in result:
+        expected = result.pop("expected")
+    else:
+        try:
+            expected = attention_reference(problem)
+        except NoReference as why:
+            if case.expect == "refuse":
+                return done(classify(case))
+            raise CaseBug(f"{case.id}: ran without error but has no reference ({why}); "
+                          f"a case the reference cannot define must expect 'refuse'") from why
+    names = ["o"]
+    if problem.return_lse and "lse" in expected:
+        names.append("lse")
+    comparisons = []
+    for name in names:
+        got = result.get(name)
+        if got is None:
+            comparisons.append((name, missing(name, expected[name])))
+        else:
+            comparisons.append((name, compare(got, expected[name], problem.dtype_name)))
+    # A must-refuse case that ran is `silent` whatever its values; they still go on the row.
+    return done(classify(case, comparisons=comparisons), summarize(comparisons))

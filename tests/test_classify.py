@@ -1,0 +1,75 @@
+"""classify: every outcome, from small Case records and hand-made comparisons."""
+import signal
+
+import pytest
+
+from harness.case import Case
+from harness.classify import OUTCOMES, classify, crash_verdict, hang_verdict
+from harness.compare import Comparison
+
+P = {"head_dim": 8, "num_qo_heads": 2, "qo_lens": [1], "kv_lens": [1]}
+
+
+def case(expect="match", words=()):
+    return Case("fa2.single_prefill", "fake", f"v_{expect}", P, expect=expect, refuse_words=words)
+
+
+OK = Comparison(True, 1e-3, 0, 16, None)
+BAD = Comparison(False, 0.75, 3, 16, (2, 1, 0))
+ERR = ValueError("head_dim: planned 128, given 64")
+
+# (id, case, classify kwargs, outcome, passed, words in message)
+CASES = [
+    ("match", case(), {"comparisons": [("o", OK)]}, "match", True, []),
+    ("match_no_comparisons", case(), {}, "match", True, []),
+    ("wrong", case(), {"comparisons": [("o", OK), ("lse", BAD)]}, "wrong", False,
+     ["max|diff| 0.75", "3/32 wrong", "first at lse(2, 1, 0)"]),
+    ("wrong_bare_comparison", case(), {"comparisons": [BAD]}, "wrong", False, ["o(2, 1, 0)"]),
+    ("refused", case("refuse", ("head_dim",)), {"error": ERR}, "refused", True, ["ValueError", "planned 128"]),
+    ("refused_words_case_insensitive", case("refuse", ("HEAD_DIM", "planned")), {"error": ERR},
+     "refused", True, []),
+    ("refused_missing_word", case("refuse", ("page_size",)), {"error": ERR}, "refused", False,
+     ["'page_size'"]),
+    ("refused_or_match", case("match_or_refuse"), {"error": RuntimeError("no")}, "refused", True,
+     ["RuntimeError"]),
+    ("unexpected_refusal", case(), {"error": ERR}, "unexpected_refusal", False, ["ValueError"]),
+    ("silent", case("refuse", ("num_kv_heads",)), {"comparisons": [("o", OK)]}, "silent", False,
+     ["must be refused"]),
+    ("silent_with_wrong_values", case("refuse"), {"comparisons": [("o", BAD)]}, "silent", False,
+     ["3/16 wrong"]),
+    ("corrupt_beats_match", case(), {"comparisons": [("o", OK)], "corruption": ["input k changed"]},
+     "corrupt", False, ["input k changed"]),
+    ("corrupt_beats_refusal", case("refuse"), {"error": ERR, "corruption": ["canary after o: 1"]},
+     "corrupt", False, ["canary after o"]),
+    ("skipped", case(), {"skip_reason": "route has no HND layout"}, "skipped", True, ["HND"]),
+    ("skipped_beats_everything", case("refuse"), {"skip_reason": "x", "corruption": ["y"]},
+     "skipped", True, []),
+]
+
+
+@pytest.mark.parametrize("c,kwargs,outcome,passed,words",
+                         [row[1:] for row in CASES], ids=[row[0] for row in CASES])
+def test_classify(c, kwargs, outcome, passed, words):
+    v = classify(c, **kwargs)
+    assert (v.outcome, v.passed) == (outcome, passed), v
+    assert v.outcome in OUTCOMES
+    for w in words:
+        assert w in v.message
+
+
+@pytest.mark.parametrize("how,text", [(-signal.SIGSEGV, "SIGSEGV"), (signal.SIGFPE, "SIGFPE"),
+                                      ("SIGABRT", "SIGABRT"), (3, "exit 3")], ids=str)
+def test_crash_verdict(how, text):
+    v = crash_verdict(case(), how, "run")
+    assert (v.outcome, v.passed) == ("crash", False)
+    assert text in v.message and "during run" in v.message
+
+
+def test_hang_verdict_never_passes():
+    v = hang_verdict(case("match_or_refuse"), 30, "plan")
+    assert (v.outcome, v.passed, v.message) == ("hang", False, "no result after 30 s during plan")
+
+
+def test_every_outcome_is_covered():
+    seen = {row[3] for row in CASES} | {"crash", "hang"}
+    assert seen == set(OUTCOMES)

@@ -1,0 +1,119 @@
+"""execute_case end to end with a tiny fake target that plays every kind of library."""
+import pytest
+import torch
+
+from harness.case import Case
+from harness.execute import CaseBug, execute_case
+from harness.reference import attention_reference
+from harness.targets.base import Skip, Target
+
+P = {"dtype": "bf16", "head_dim": 8, "num_qo_heads": 4, "num_kv_heads": 2,
+     "qo_lens": [3, 1], "kv_lens": [5, 4], "causal": True}
+
+
+class FakeTarget(Target):
+    """Computes the answer with the reference, then misbehaves as its `mode` says."""
+    name = "fake"
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def run(self, case, problem, buffers):
+        k = problem.k_packed()
+        for name, t in (("q", problem.q_packed()), ("k", k), ("v", problem.v_packed())):
+            buffers.watch(t, name)
+        buffers.stage("plan")
+        if self.mode == "skip":
+            raise Skip("route cannot express HND")
+        if self.mode == "refuse":
+            raise ValueError("num_kv_heads: 8 does not divide num_qo_heads 12")
+        buffers.stage("run")
+        total = sum(problem.qo_lens)
+        o = buffers.output((total, problem.num_qo_heads, problem.head_dim_vo), problem.dtype, "o")
+        lse = buffers.output((total, problem.num_qo_heads), torch.float32, "lse")
+        if self.mode == "silent_no_reference":
+            o.zero_()
+            return {"o": o}
+        ref = attention_reference(problem)
+        o.copy_(ref["o"])
+        lse.copy_(ref["lse"])
+        if self.mode == "wrong":
+            o[2, 1, 5] += 1.0
+        if self.mode == "nan":
+            o.view(-1)[7] = float("nan")
+        if self.mode == "corrupt":      # one element past the end of o
+            o.as_strided((1,), (1,), o.storage_offset() + o.numel()).zero_()
+        if self.mode == "touch_input":
+            k.view(-1)[0] += 1
+        if self.mode == "expected_override":
+            return {"o": o, "expected": {"o": ref["o"] * 0 + o.double()}}
+        return {"o": o, "lse": lse}
+
+
+def case(expect="match", words=(), **params):
+    return Case("fa2.single_prefill", "fake", f"v_{expect}_{len(params)}", {**P, **params},
+                expect=expect, refuse_words=words)
+
+
+# (id, case, target mode, outcome, passed)
+CASES = [
+    ("match", case(), "ok", "match", True),
+    ("match_with_lse", case(return_lse=True), "ok", "match", True),
+    ("wrong", case(), "wrong", "wrong", False),
+    ("wrong_nan", case(return_lse=True), "nan", "wrong", False),
+    ("refused", case("refuse", ("num_kv_heads",)), "refuse", "refused", True),
+    ("refused_missing_word", case("refuse", ("page_size",)), "refuse", "refused", False),
+    ("unexpected_refusal", case(), "refuse", "unexpected_refusal", False),
+    ("corrupt_write_past_end", case(), "corrupt", "corrupt", False),
+    ("corrupt_input", case(), "touch_input", "corrupt", False),
+    ("silent", case("refuse", ("num_kv_heads",)), "ok", "silent", False),
+    ("silent_no_reference", case("refuse", num_qo_heads=12, num_kv_heads=8),
+     "silent_no_reference", "silent", False),
+    ("skipped", case(), "skip", "skipped", True),
+    ("expected_override", case(), "expected_override", "match", True),
+]
+
+
+@pytest.mark.parametrize("c,mode,outcome,passed", [r[1:] for r in CASES], ids=[r[0] for r in CASES])
+def test_execute(c, mode, outcome, passed):
+    stages = []
+    r = execute_case(c, FakeTarget(mode), device="cpu", on_stage=stages.append)
+    assert (r.outcome, r.passed) == (outcome, passed), r
+    assert stages[0] == "build inputs" and r.stage == stages[-1] and r.duration_s >= 0
+    if outcome in ("match", "wrong"):
+        assert r.stage == "compare"
+        assert r.n_total == 4 * 4 * 8 + (4 * 4 if c.params.get("return_lse") else 0)
+    if outcome == "refused" or outcome == "unexpected_refusal":
+        assert r.error_type == "ValueError" and r.stage == "plan"
+
+
+def test_wrong_reports_diff_count_and_named_index():
+    r = execute_case(case(), FakeTarget("wrong"), device="cpu")
+    assert r.n_wrong == 1 and r.first_bad_index == ("o", 2, 1, 5)
+    assert r.max_abs_diff == pytest.approx(1.0, abs=0.05)
+    assert "first at o(2, 1, 5)" in r.message
+    assert r.as_dict()["first_bad_index"] == ["o", 2, 1, 5]
+
+
+def test_corrupt_names_the_band():
+    r = execute_case(case(), FakeTarget("corrupt"), device="cpu")
+    assert r.message == "canary after o: 1 elements changed, first at +0"
+
+
+def test_missing_lse_is_wrong():
+    class NoLse(FakeTarget):
+        def run(self, case, problem, buffers):
+            return {"o": super().run(case, problem, buffers)["o"]}
+    r = execute_case(case(return_lse=True), NoLse("ok"), device="cpu")
+    assert r.outcome == "wrong" and "lse was not returned" in r.message
+
+
+def test_match_case_without_reference_is_a_case_bug():
+    with pytest.raises(CaseBug, match="no reference"):
+        execute_case(case(num_qo_heads=12, num_kv_heads=8), FakeTarget("silent_no_reference"),
+                     device="cpu")
+
+
+def test_bad_params_propagate():
+    with pytest.raises(ValueError, match="dtype"):
+        execute_case(case(dtype="fp8"), FakeTarget("ok"), device="cpu")
