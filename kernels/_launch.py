@@ -1,0 +1,82 @@
+"""Turning tensors into AttnParams: strides by layout, dtype codes, device pointers."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _lib, guards
+from ._lib import AttnParams, DTYPE_CODES
+
+LAYOUTS = ("NHD", "HND")
+
+
+def dense_kv_dims(t: torch.Tensor, layout: str) -> dict:
+    """k/v [n, H, D] (NHD) or [H, n, D] (HND): length, heads, head_dim and strides."""
+    if layout == "NHD":
+        n, h = 0, 1
+    else:
+        n, h = 1, 0
+    return dict(len=t.shape[n], heads=t.shape[h], dim=t.shape[-1],
+                stride_page=0, stride_n=t.stride(n), stride_h=t.stride(h))
+
+
+def paged_kv_dims(t: torch.Tensor, layout: str) -> dict:
+    """A page tensor [P, ps, H, D] (NHD) or [P, H, ps, D] (HND)."""
+    n, h = (1, 2) if layout == "NHD" else (2, 1)
+    return dict(pages=t.shape[0], page_size=t.shape[n], heads=t.shape[h], dim=t.shape[-1],
+                stride_page=t.stride(0), stride_n=t.stride(n), stride_h=t.stride(h))
+
+
+def unpack_paged(cache, where: str):
+    """(k, v) from a tuple or one [P, 2, ...] tensor."""
+    if isinstance(cache, (tuple, list)):
+        if len(cache) != 2:
+            raise ValueError(f"{where}: paged_kv_cache tuple has {len(cache)} tensors; expected (k, v)")
+        return cache[0], cache[1]
+    guards.rank_expected(where, {"paged_kv_cache": (cache, 5)})
+    return cache[:, 0], cache[:, 1]
+
+
+def default_scale(sm_scale, head_dim_qk: int) -> float:
+    return float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim_qk)
+
+
+def check_device(where: str, tensors: dict) -> None:
+    guards.device_matches(where, _lib.platform(), tensors)
+    guards.dtype_supported(where, {k: v for k, v in tensors.items() if v is not None and v.is_floating_point()})
+
+
+def code(dtype: torch.dtype) -> int:
+    # A dtype the guards let through but the ABI cannot name: the C shim refuses code -1.
+    return DTYPE_CODES.get(dtype, -1)
+
+
+def params(*, q, k, v, kd: dict, vd: dict, o, lse, num_qo_heads, num_kv_heads, head_dim_qk,
+           head_dim_vo, causal, window_left, sm_scale, q_dtype, kv_dtype, o_dtype,
+           page_size=0, **rest) -> AttnParams:
+    p = AttnParams()
+    p.q, p.q_stride_n, p.q_stride_h = q.data_ptr(), q.stride(0), q.stride(1)
+    p.k, p.k_stride_page, p.k_stride_n, p.k_stride_h = k.data_ptr(), kd["stride_page"], kd["stride_n"], kd["stride_h"]
+    p.v, p.v_stride_page, p.v_stride_n, p.v_stride_h = v.data_ptr(), vd["stride_page"], vd["stride_n"], vd["stride_h"]
+    p.o, p.lse = o.data_ptr(), _lib.ptr(lse)
+    p.num_qo_heads, p.num_kv_heads = num_qo_heads, num_kv_heads
+    p.head_dim_qk, p.head_dim_vo = head_dim_qk, head_dim_vo
+    p.page_size, p.causal, p.window_left = page_size, int(causal), window_left
+    p.sm_scale = default_scale(sm_scale, head_dim_qk)
+    p.q_dtype, p.kv_dtype, p.o_dtype = code(q_dtype), code(kv_dtype), code(o_dtype)
+    for name, value in rest.items():
+        setattr(p, name, value)
+    return p
+
+
+def launch(entry: str, p: AttnParams, like: torch.Tensor) -> None:
+    _lib.call(entry, p, _lib.stream_of(like))
+
+
+def new_out(q: torch.Tensor, rows: int, heads: int, dim: int, dtype=None) -> torch.Tensor:
+    return torch.empty(rows, heads, dim, dtype=dtype or q.dtype, device=q.device)
+
+
+def new_lse(q: torch.Tensor, rows: int, heads: int) -> torch.Tensor:
+    return torch.empty(rows, heads, dtype=torch.float32, device=q.device)

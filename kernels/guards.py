@@ -1,0 +1,293 @@
+"""Every refusal and every fix in the library, one named function each.
+
+`KERNELS_DISABLE_GUARDS=name,name` (or `all`), read at call time, turns guards off: the call
+then does what the library did before the fix. A disabled check does nothing; a disabled fix
+returns the unfixed value. Whatever goes wrong next comes from the kernels themselves.
+
+Refusals raise ValueError naming the field, the planned (or required) value and the given one.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import torch
+
+NAMES: dict[str, str] = {}
+_UNFIXED: dict[str, Callable] = {}
+
+
+def disabled() -> set[str]:
+    raw = os.environ.get("KERNELS_DISABLE_GUARDS", "")
+    names = {n.strip() for n in raw.split(",") if n.strip()}
+    if "all" in names:
+        return set(NAMES)
+    unknown = names - set(NAMES)
+    if unknown:
+        raise ValueError(f"KERNELS_DISABLE_GUARDS: unknown guard(s) {sorted(unknown)}; known: {sorted(NAMES)}")
+    return names
+
+
+def enabled(name: str) -> bool:
+    return name not in disabled()
+
+
+def guard(name: str, doc: str, unfixed: Callable | None = None):
+    """Register a guard. When disabled, the call goes to `unfixed` (a fix) or does nothing (a check)."""
+    def deco(fn):
+        NAMES[name] = doc
+        if unfixed is not None:
+            _UNFIXED[name] = unfixed
+
+        def wrapper(*args, **kwargs):
+            if enabled(name):
+                return fn(*args, **kwargs)
+            return unfixed(*args, **kwargs) if unfixed is not None else None
+        wrapper.__name__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        wrapper.guard_name = name
+        return wrapper
+    return deco
+
+
+def _refuse(where: str, field: str, planned, given, what: str = "in plan()") -> None:
+    raise ValueError(f"{where}: {field} is {planned} {what} but {given}")
+
+
+# ---- layouts ---------------------------------------------------------------------------------
+
+def _copy_listed(where, tensors, copy=()):
+    return dict(tensors)
+
+
+@guard("last_dim_contiguous",
+       "q/k/v and paged caches need stride(-1) == 1 (kernels read head_dim packed); single_decode copies its q",
+       unfixed=_copy_listed)
+def last_dim_contiguous(where: str, tensors: dict, copy=()) -> dict:
+    out = {}
+    for name, t in tensors.items():
+        if t is not None and t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
+            if name in copy:
+                t = t.contiguous()
+            else:
+                raise ValueError(f"{where}: {name} has stride(-1) == {t.stride(-1)}; "
+                                 f"the kernels read head_dim packed, so it must be 1")
+        out[name] = t
+    return out
+
+
+@guard("out_contiguous", "out, lse and partial_state must be contiguous and shaped as the kernel writes them")
+def out_contiguous(where: str, tensors: dict, shapes: dict) -> None:
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        want = shapes.get(name)
+        if want is not None and tuple(t.shape) != tuple(want):
+            raise ValueError(f"{where}: {name} must have shape {tuple(want)} but has {tuple(t.shape)}")
+        if not t.is_contiguous():
+            raise ValueError(f"{where}: {name} must be contiguous (the kernels write it packed) "
+                             f"but has strides {tuple(t.stride())}")
+
+
+@guard("state_contiguous", "merge_state inputs are read packed: v [rows, H, D] and s [rows, H] contiguous, shapes agree")
+def state_contiguous(where: str, v: dict, s: dict) -> None:
+    ref_v = next(iter(v.values()))
+    for name, t in {**v, **s}.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{where}: {name} must be contiguous but has strides {tuple(t.stride())}")
+    for name, t in v.items():
+        if tuple(t.shape) != tuple(ref_v.shape):
+            raise ValueError(f"{where}: {name} has shape {tuple(t.shape)} but the first state has {tuple(ref_v.shape)}")
+    for name, t in s.items():
+        if tuple(t.shape) != tuple(ref_v.shape[:2]):
+            raise ValueError(f"{where}: {name} must have shape {tuple(ref_v.shape[:2])} but has {tuple(t.shape)}")
+        if t.dtype != torch.float32:
+            raise ValueError(f"{where}: {name} must be float32 but is {t.dtype}")
+
+
+# ---- shapes, dtypes, devices -----------------------------------------------------------------
+
+@guard("dtype_supported", "q/k/v/out dtypes must be float16, bfloat16 or float32")
+def dtype_supported(where: str, tensors: dict) -> None:
+    from ._lib import DTYPE_CODES
+    for name, t in tensors.items():
+        if t is not None and t.dtype not in DTYPE_CODES:
+            raise ValueError(f"{where}: {name} dtype is {t.dtype}; supported: float16, bfloat16, float32")
+
+
+@guard("device_matches", "tensors must live where the built platform runs kernels (CPU for host, CUDA for GPUs)")
+def device_matches(where: str, platform: str, tensors: dict) -> None:
+    want = "cpu" if platform == "host" else "cuda"
+    for name, t in tensors.items():
+        if t is not None and t.device.type != want:
+            raise ValueError(f"{where}: {name} is on {t.device} but the {platform} library runs on {want}")
+
+
+@guard("head_dim_supported", "head_dim_qk and head_dim_vo must be 1..256 (the kernels' register arrays)")
+def head_dim_supported(where: str, head_dim_qk: int, head_dim_vo: int) -> None:
+    for name, d in (("head_dim_qk", head_dim_qk), ("head_dim_vo", head_dim_vo)):
+        if not 1 <= d <= 256:
+            raise ValueError(f"{where}: {name} is {d}; supported 1..256")
+
+
+@guard("gqa_divisible", "num_qo_heads must be a multiple of num_kv_heads, and num_kv_heads > 0")
+def gqa_divisible(where: str, num_qo_heads: int, num_kv_heads: int) -> None:
+    if num_kv_heads <= 0:
+        raise ValueError(f"{where}: num_kv_heads is {num_kv_heads}; it must be positive")
+    if num_qo_heads % num_kv_heads != 0:
+        raise ValueError(f"{where}: num_qo_heads {num_qo_heads} is not a multiple of num_kv_heads "
+                         f"{num_kv_heads} (GQA group size must divide)")
+
+
+@guard("kv_shapes_agree", "k and v (and q's head_dim_qk) agree on kv length, kv heads and head dims")
+def kv_shapes_agree(where: str, fields: dict) -> None:
+    """fields: name -> (value from k or q, value from v or k)."""
+    for field, (a, b) in fields.items():
+        if a != b:
+            raise ValueError(f"{where}: {field} is {a} for one tensor but {b} for the other")
+
+
+@guard("run_matches_plan",
+       "run() tensors agree with plan(): rank, heads, head dims, page size, dtype, at least the planned rows")
+def run_matches_plan(where: str, planned: dict, given: dict, at_least=()) -> None:
+    """planned/given: field -> value (given as (value, 'tensor name'))."""
+    for field, want in planned.items():
+        if field not in given:
+            continue
+        have, src = given[field]
+        bad = have < want if field in at_least else have != want
+        if bad:
+            more = "at least " if field in at_least else ""
+            raise ValueError(f"{where}: {field} is {more}{want} in plan() but {src} has {have}")
+
+
+@guard("batch_consistent",
+       "plan() index tensors agree: indptr lengths, non-decreasing from 0, indices cover indptr[-1], last_page_len in 1..page_size")
+def batch_consistent(where: str, fields: dict, indptrs: dict, indices_len=None, last_page=None) -> None:
+    """fields: name -> (expected len, given len); indptrs: name -> list of ints."""
+    for name, (want, have) in fields.items():
+        if want != have:
+            raise ValueError(f"{where}: {name} has {have} entries but the batch needs {want}")
+    for name, ip in indptrs.items():
+        if ip and ip[0] != 0:
+            raise ValueError(f"{where}: {name}[0] is {ip[0]}; it must be 0")
+        for a, b in zip(ip, ip[1:]):
+            if b < a:
+                raise ValueError(f"{where}: {name} decreases ({a} then {b})")
+    if indices_len is not None:
+        need, have = indices_len
+        if have < need:
+            raise ValueError(f"{where}: paged_kv_indices has {have} entries but indptr[-1] is {need}")
+    if last_page is not None:
+        page_size, pages, lens = last_page
+        for n, l in zip(pages, lens):
+            if n > 0 and not 1 <= l <= page_size:
+                raise ValueError(f"{where}: paged_kv_last_page_len {l} is outside 1..page_size ({page_size})")
+
+
+# ---- plan()/run() state ----------------------------------------------------------------------
+
+def _early_write_first(validate, early_write):
+    early_write()
+    validate()
+
+
+@guard("plan_validates_first",
+       "plan() validates the whole batch before its first write, so a rejected plan leaves the previous plan usable",
+       unfixed=_early_write_first)
+def plan_validates_first(validate: Callable, early_write: Callable) -> None:
+    validate()
+    early_write()
+
+
+@guard("half_planned_refuses", "run() refuses after a plan() that raised after its first write, or before any plan()")
+def half_planned_refuses(where: str, state: str) -> None:
+    if state == "none":
+        raise ValueError(f"{where}: plan() has not been called")
+    if state == "partial":
+        raise ValueError(f"{where}: the last plan() failed after it began updating the wrapper; call plan() again")
+
+
+def _keep_callers(t):
+    return t
+
+
+@guard("plan_copies_indptr",
+       "plan() keeps its own clone of a CPU indptr/indices/last_page_len for the lazy fa2 shadow plan",
+       unfixed=_keep_callers)
+def plan_copies_indptr(t: torch.Tensor) -> torch.Tensor:
+    host = t.to("cpu")
+    return host.clone() if host is t else host
+
+
+@guard("graph_capacity", "a CUDA-graph re-plan keeps the batch size and fits the capacity of the first plan()")
+def graph_capacity(where: str, fixed: dict, given: dict) -> None:
+    """fixed/given: 'batch_size' must be equal; every other field must not exceed."""
+    for field, cap in fixed.items():
+        have = given[field]
+        if field == "batch_size" and have != cap:
+            raise ValueError(f"{where}: batch_size is {cap} in the first (CUDA-graph) plan() but this plan has {have}")
+        if field != "batch_size" and have > cap:
+            raise ValueError(f"{where}: {field} capacity is {cap} from the first (CUDA-graph) plan() but this plan needs {have}")
+
+
+def _merge_over_capacity(live_rows_ptr):
+    return None
+
+
+@guard("merge_live_rows",
+       "graph-mode partial_state merge stops at this plan's live rows (a device row count), not the capacity",
+       unfixed=_merge_over_capacity)
+def merge_live_rows(live_rows_ptr):
+    return live_rows_ptr
+
+
+@guard("partial_state_needs_lse", "partial_state on a split-KV plan needs an lse (return_lse=True or lse=), which the merge reads")
+def partial_state_needs_lse(where: str, split: bool, lse) -> None:
+    if split and lse is None:
+        raise ValueError(f"{where}: partial_state on a split-KV plan needs lse (pass return_lse=True or lse=); "
+                         f"the merge reads it")
+
+
+# ---- routes ----------------------------------------------------------------------------------
+
+LL4MI_MIN_HEAD_SIZE = 64
+LL4MI_HEAD_MULTIPLE = 64  # 16 value dims x NWARPS (4) per VHELOOP iteration
+
+
+def _always_ll4mi(head_size, window_left):
+    return "ll4mi"
+
+
+@guard("ll4mi_route_selector",
+       "ll4mi decode only for head_size >= 64 and a multiple of 64 without a sliding window; else fa2",
+       unfixed=_always_ll4mi)
+def ll4mi_route_selector(head_size: int, window_left: int) -> str:
+    if head_size < LL4MI_MIN_HEAD_SIZE or head_size % LL4MI_HEAD_MULTIPLE != 0 or window_left >= 0:
+        return "fa2"
+    return "ll4mi"
+
+
+def _slice_without_end(query_start_loc, num_decodes):
+    return query_start_loc[:num_decodes]
+
+
+@guard("decode_cu_seqlens_slice",
+       "a mixed batch's decode cu_seqlens_q is query_start_loc[:num_decodes + 1] (num_decodes + 1 entries)",
+       unfixed=_slice_without_end)
+def decode_cu_seqlens_slice(query_start_loc: torch.Tensor, num_decodes: int) -> torch.Tensor:
+    return query_start_loc[:num_decodes + 1]
+
+
+@guard("rank_expected", "tensors have the rank the route reads (q [rows, H, D], dense k/v 3-D, paged caches 4-D or [P, 2, ...])")
+def rank_expected(where: str, tensors: dict) -> None:
+    """tensors: name -> (tensor, expected rank)."""
+    for name, (t, rank) in tensors.items():
+        if t is not None and t.dim() != rank:
+            raise ValueError(f"{where}: {name} must have rank {rank} but has {t.dim()} (shape {tuple(t.shape)})")
+
+
+@guard("layout_known", "kv_layout is 'NHD' or 'HND'; backend is one the wrapper has")
+def layout_known(where: str, field: str, value: str, known: tuple) -> None:
+    if value not in known:
+        raise ValueError(f"{where}: {field} is {value!r}; expected one of {known}")
