@@ -37,7 +37,8 @@ class Views:
             t = strided_last_dim(t)
             self.used.add(name)
         elif self.strided == name + "_heads":
-            t = head_sliced(t)
+            # [rows, H, D] cut from [rows, H + 1, D]; a one-token [H, D] from [H, 2, D].
+            t = head_sliced(t) if t.dim() == 3 else head_sliced(t.unsqueeze(1)).squeeze(1)
             self.used.add(self.strided)
         self.buffers.watch(t, name)
         return t

@@ -1,0 +1,56 @@
+"""gqa: head counts the GQA group size cannot divide, next to odd ones it can (seed 002).
+
+12 q heads over 8 kv heads has no group size (before the fix the kernels
+ran a truncated group of 1 and answered wrongly); 4 over 8 gives a group
+size of 0 (an integer division by it is SIGFPE on the host); 0 kv heads has
+no group at all. All three must be refused with a catchable exception
+naming the head counts. 7 over 1 (a group of 7, not a power of two) and 5
+over 5 (plain MHA with an odd count) must match.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case
+from harness.routes import op_of
+
+FAMILY = "gqa"
+OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
+       "batch_decode", "merge_state", "mixed_batch")
+
+# (num_qo_heads, num_kv_heads, variant, expect, words the refusal names)
+HEADS = (
+    (12, 8, "q12_over_kv8", "refuse", ("num_qo_heads",)),
+    (4, 8, "q4_over_kv8", "refuse", ("num_qo_heads",)),
+    (8, 0, "kv0", "refuse", ("num_kv_heads",)),
+    (7, 1, "q7_over_kv1", "match", ()),
+    (5, 5, "q5_over_kv5", "match", ()),
+)
+
+# One problem per op; head_dim 128 keeps ll4mi on its own kernel (not the fa2 fallback).
+PROBLEMS = {
+    "single_prefill": {"dtype": "bf16", "qo_lens": [11], "kv_lens": [23], "causal": True},
+    "single_decode": {"dtype": "fp16", "qo_lens": [1], "kv_lens": [45], "causal": False},
+    "paged_prefill": {"dtype": "bf16", "qo_lens": [6, 9], "kv_lens": [20, 35], "causal": True,
+                      "page_size": 16, "layout": "NHD", "cache_form": "tuple"},
+    "ragged_prefill": {"dtype": "fp16", "qo_lens": [4, 7], "kv_lens": [19, 13], "causal": True},
+    "batch_decode": {"dtype": "bf16", "qo_lens": [1, 1, 1], "kv_lens": [30, 7, 52],
+                     "causal": False, "page_size": 16, "layout": "NHD", "cache_form": "tuple"},
+    "merge_state": {"dtype": "fp16", "qo_lens": [3, 2], "kv_lens": [18, 27], "causal": False},
+    "mixed_batch": {"dtype": "bf16", "qo_lens": [1, 1, 8], "kv_lens": [21, 9, 17],
+                    "causal": True, "page_size": 16, "num_decodes": 2},
+}
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        op = op_of(route)
+        if op not in PROBLEMS:
+            continue
+        base = {"head_dim": 128, "window_left": -1,
+                "return_lse": op not in ("mixed_batch",), **PROBLEMS[op]}
+        for hq, hkv, variant, expect, words in HEADS:
+            params = {**base, "num_qo_heads": hq, "num_kv_heads": hkv}
+            tag = f"{params['dtype']}-d128-h{hq}x{hkv}"
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect=expect, refuse_words=words, tag=tag)

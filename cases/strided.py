@@ -1,0 +1,114 @@
+"""strided: tensors whose memory layout is legal torch but not what a kernel assumes (seed 002).
+
+Each case passes one tensor as an adversarial view (harness/targets/bundled.py,
+params["strided"]): a float tensor with stride(-1) == 2 and NaN in the
+skipped slots, a head-sliced q (rows strided, last dim packed), or an index
+tensor that is non-contiguous along dim 0; or one index tensor as int64 next
+to int32 ones (params["index_dtype"]).
+
+Expectations:
+  - a kernel tensor with stride(-1) == 2 (q, k, v, caches, out, lse, merge
+    states) must be refused, naming the tensor: a silent copy of a KV cache
+    would be a hidden cost per call, and an output cannot be copied back
+    for free;
+  - single decode's one-token q is cheap to copy: it must match;
+  - a head-sliced q is read through its strides: it must match;
+  - index tensors (non-contiguous or int64) are small: match or refuse;
+  - never `wrong`.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case
+from harness.routes import op_of
+
+FAMILY = "strided"
+OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
+       "batch_decode", "merge_state", "mixed_batch")
+
+# One modest problem per op: heads 4 over 2 (a real GQA group), tile-unaligned lengths.
+_BASE = {"num_qo_heads": 4, "num_kv_heads": 2, "window_left": -1, "return_lse": True}
+PROBLEMS = {
+    "single_prefill": {"dtype": "bf16", "head_dim": 128, "qo_lens": [13], "kv_lens": [29],
+                       "causal": True, "layout": "NHD"},
+    "single_decode": {"dtype": "fp16", "head_dim": 64, "qo_lens": [1], "kv_lens": [37],
+                      "causal": False, "layout": "NHD"},
+    "paged_prefill": {"dtype": "bf16", "head_dim": 128, "qo_lens": [5, 11], "kv_lens": [21, 40],
+                      "causal": True, "page_size": 16, "layout": "NHD", "cache_form": "tuple"},
+    "ragged_prefill": {"dtype": "fp16", "head_dim": 64, "qo_lens": [7, 3], "kv_lens": [19, 26],
+                       "causal": True},
+    "batch_decode": {"dtype": "bf16", "head_dim": 128, "qo_lens": [1, 1, 1],
+                     "kv_lens": [17, 40, 5], "causal": False, "page_size": 16, "layout": "NHD",
+                     "cache_form": "tuple"},
+    "merge_state": {"dtype": "fp16", "head_dim": 64, "qo_lens": [3, 5], "kv_lens": [20, 33],
+                    "causal": False},
+    "mixed_batch": {"dtype": "bf16", "head_dim": 128, "qo_lens": [1, 1, 9],
+                    "kv_lens": [17, 30, 21], "causal": True, "page_size": 16,
+                    "num_decodes": 2, "return_lse": False},
+}
+
+# (tensor, expect, extra params) per op. The refusal must name the tensor.
+_OUT = (("out", "refuse", {}), ("lse", "refuse", {}))
+_Q = (("q", "refuse", {}), ("q_heads", "match", {}))
+_PAGED_CACHE = (("k_cache", "refuse", {}), ("v_cache", "refuse", {}),
+                ("kv_cache", "refuse", {"cache_form": "single"}))
+_PAGED_INDEX = ("kv_indptr", "kv_indices", "last_page_len")
+TENSORS = {
+    "single_prefill": _Q + (("k", "refuse", {}), ("v", "refuse", {}),
+                            ("k", "refuse", {"layout": "HND"})) + _OUT,
+    "single_decode": (("q", "match", {}), ("q_heads", "match", {}), ("k", "refuse", {}),
+                      ("v", "refuse", {}), ("v", "refuse", {"layout": "HND"})) + _OUT,
+    "paged_prefill": _Q + _PAGED_CACHE + (("k_cache", "refuse", {"layout": "HND"}),) + _OUT,
+    "ragged_prefill": _Q + (("k", "refuse", {}), ("v", "refuse", {})) + _OUT,
+    "batch_decode": _Q + _PAGED_CACHE + (("v_cache", "refuse", {"layout": "HND"}),) + _OUT,
+    "merge_state": (("v_a", "refuse", {}), ("s_b", "refuse", {}),
+                    ("v", "refuse", {"merge": "in_place"}), ("s", "refuse", {"merge": "in_place"}),
+                    ("v_other", "refuse", {"merge": "in_place"})),
+    "mixed_batch": (("q", "refuse", {}), ("q_heads", "match", {}), ("k_cache", "refuse", {}),
+                    ("v_cache", "refuse", {}), ("out", "refuse", {})),
+}
+INDEX = {
+    "paged_prefill": ("qo_indptr",) + _PAGED_INDEX,
+    "ragged_prefill": ("qo_indptr", "kv_indptr"),
+    "batch_decode": _PAGED_INDEX,
+    "mixed_batch": ("query_start_loc", "seq_lens", "block_table"),
+}
+# The words a refusal names: the tensor's argument name in the library.
+WORDS = {"q_heads": (), "kv_cache": ("cache",), "k_cache": ("cache",), "v_cache": ("cache",)}
+
+
+def _tag(params) -> str:
+    bits = [params["dtype"], f"d{params['head_dim']}",
+            f"h{params['num_qo_heads']}x{params['num_kv_heads']}"]
+    if "page_size" in params:
+        bits.append(f"p{params['page_size']}")
+    if "layout" in params:
+        bits.append(params["layout"].lower())
+    if params.get("cache_form") == "single":
+        bits.append("single")
+    if params.get("merge") == "in_place":
+        bits.append("in_place")
+    return "-".join(bits)
+
+
+def _cases_for(op: str):
+    base = {**_BASE, **PROBLEMS[op]}
+    for tensor, expect, extra in TENSORS[op]:
+        params = {**base, **extra, "strided": tensor}
+        variant = tensor if tensor == "q_heads" else f"{tensor}_stride2"
+        words = WORDS.get(tensor, (tensor,)) if expect == "refuse" else ()
+        yield variant, params, expect, words
+    for name in INDEX.get(op, ()):
+        yield f"{name}_every_other", {**base, "strided": name}, "match_or_refuse", ()
+        yield f"{name}_int64", {**base, "index_dtype": {name: "int64"}}, "match_or_refuse", ()
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        op = op_of(route)
+        if op not in PROBLEMS:
+            continue
+        for variant, params, expect, words in _cases_for(op):
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect=expect, refuse_words=words, tag=_tag(params))
