@@ -18,6 +18,9 @@ import torch
 from harness.problem import Problem
 
 
+_LOGITS_BUDGET = 1 << 24   # elements of one logits block (128 MiB in fp64)
+
+
 class NoReference(ValueError):
     """The problem has no defined answer (the GQA group does not divide)."""
 
@@ -53,12 +56,17 @@ def _one_request(q, k, v, group, scale, mask, ct):
     q, k, v = q.to(ct), k.to(ct), v.to(ct)
     k = k.repeat_interleave(group, dim=1)   # kv_head = qo_head // group
     v = v.repeat_interleave(group, dim=1)
-    s = torch.einsum("lhd,khd->hlk", q, k) * scale
-    s = s.masked_fill(~mask, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)                       # [Hq, L]; -inf when all masked
-    p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
-    o = torch.einsum("hlk,khd->lhd", p, v)
-    return o, lse.transpose(0, 1)
+    # Query rows in blocks so the [Hq, rows, K] logits stay a bounded size.
+    rows = max(1, _LOGITS_BUDGET // max(1, q.shape[1] * k.shape[0]))
+    outs, lses = [], []
+    for lo in range(0, max(q.shape[0], 1), rows):
+        s = torch.einsum("lhd,khd->hlk", q[lo:lo + rows], k) * scale
+        s = s.masked_fill(~mask[lo:lo + rows], float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)                   # [Hq, rows]; -inf when all masked
+        p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+        outs.append(torch.einsum("hlk,khd->lhd", p, v))
+        lses.append(lse.transpose(0, 1))
+    return torch.cat(outs), torch.cat(lses)
 
 
 def attention_reference(problem: Problem) -> dict[str, torch.Tensor]:

@@ -117,3 +117,21 @@ def test_match_case_without_reference_is_a_case_bug():
 def test_bad_params_propagate():
     with pytest.raises(ValueError, match="dtype"):
         execute_case(case(dtype="fp8"), FakeTarget("ok"), device="cpu")
+
+
+def test_platform_facts(tmp_path):
+    import re
+    import subprocess
+    from harness import platform_info
+    assert re.fullmatch(r"gfx\w+|sm_\d+|cpu-\w+", platform_info.arch())
+    assert platform_info.device().type in ("cpu", "cuda") and platform_info.host_name()
+    assert platform_info.repo_commit(tmp_path) == ""
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    (tmp_path / "f").write_text("a")
+    subprocess.run(git + ["add", "f"], check=True)
+    subprocess.run(git + ["commit", "-qm", "f"], check=True)
+    clean = platform_info.repo_commit(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{4,}", clean)
+    (tmp_path / "f").write_text("b")
+    assert platform_info.repo_commit(tmp_path) == clean + "+dirty"
