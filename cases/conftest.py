@@ -1,0 +1,2 @@
+"""The case matrix runs under the harness plugin (options, rows, crash isolation)."""
+pytest_plugins = ["harness.plugin"]

@@ -1,0 +1,324 @@
+"""Crash isolation: what a worker leaves behind, and what the controller reads.
+
+Each xdist worker keeps two small files in the run's state directory: its
+faulthandler file (where a fatal signal or the per-case timeout dumps its
+traceback) and a state file naming the case and stage it is in and the case
+ids it ran before. When the worker dies, the controller reads both, plus the
+worker's exit status, and turns them into one `crash` or `hang` row; culprit
+replay then reruns the case in a fresh process to tell whether it fails alone.
+
+Nothing here touches the GPU runtime except `health_probe`, which a worker
+calls after a case it already ran on the device.
+"""
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+STAGES = ("build inputs", "plan", "run", "compare")
+RECENT = 8                 # case ids a worker remembers for culprit replay
+RETIRE_EXIT = 86           # a worker that retires itself (unhealthy device) exits with this
+TIMEOUT_BASE_S = 60.0      # every case gets at least this long (imports, first build)
+TIMEOUT_PER_ELEMENT_S = 5e-7  # plus this per q.k product element (host loops are slow)
+
+# faulthandler's headers for the fatal signals it handles.
+_FAULT_NAMES = {
+    "Floating point exception": "SIGFPE",
+    "Segmentation fault": "SIGSEGV",
+    "Bus error": "SIGBUS",
+    "Aborted": "SIGABRT",
+    "Illegal instruction": "SIGILL",
+}
+_TIMEOUT_RE = re.compile(r"^Timeout \((\d+):(\d+):(\d+)(?:\.\d+)?\)!", re.M)
+
+
+def case_work(params: dict) -> int:
+    """The q.k products a case computes: sum(qo_len * kv_len) * heads * head_dim."""
+    try:
+        pairs = sum(int(q) * int(k) for q, k in zip(params.get("qo_lens", [1]),
+                                                    params.get("kv_lens", [1])))
+        return pairs * int(params.get("num_qo_heads", 1)) * int(params.get("head_dim", 1))
+    except (TypeError, ValueError):
+        return 0
+
+
+def case_timeout(params: dict, base: float | None = None) -> float:
+    """Seconds a case may take before it counts as a hang.
+
+    `base` (from --case-timeout) replaces the fixed part; the per-element part
+    keeps a batch-64 split-KV case from being called a hang on a slow host.
+    """
+    return (TIMEOUT_BASE_S if base is None else base) + case_work(params) * TIMEOUT_PER_ELEMENT_S
+
+
+# ---------------------------------------------------------------- worker side
+
+class WorkerState:
+    """The worker's breadcrumbs: faulthandler file + JSON state file.
+
+    The state file is replaced atomically at every stage so the controller
+    never reads half of it, however the worker dies.
+    """
+
+    def __init__(self, state_dir: str | os.PathLike, worker: str):
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.worker = worker
+        self.pid = os.getpid()
+        self.fault_path = self.dir / f"{worker}.{self.pid}.fault"
+        self.state_path = self.dir / f"{worker}.json"
+        self._fault_file = open(self.fault_path, "w")
+        faulthandler.enable(file=self._fault_file, all_threads=True)
+        self.recent: list[str] = []
+        self.data: dict[str, Any] = {
+            "worker": worker, "pid": self.pid, "fault_file": str(self.fault_path),
+            "case_id": None, "stage": "", "recent": [], "timeout_s": None,
+            "context": None, "retired": None,
+        }
+        self._write()
+
+    def _write(self) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.state_path)
+
+    def begin(self, case_id: str, timeout_s: float | None) -> None:
+        """Before a case: record it, then arm the hang timer."""
+        self.data.update(case_id=case_id, stage="start", recent=list(self.recent),
+                         timeout_s=timeout_s)
+        self._write()
+        if timeout_s:
+            # A C thread that needs no GIL: fires even inside a kernel's loop,
+            # dumps every thread's traceback to the fault file, then _exit(1).
+            faulthandler.dump_traceback_later(timeout_s, exit=True, file=self._fault_file)
+
+    def stage(self, name: str) -> None:
+        self.data["stage"] = name
+        self._write()
+
+    def end(self, case_id: str) -> None:
+        faulthandler.cancel_dump_traceback_later()
+        self.recent = (self.recent + [case_id])[-RECENT:]
+        self.data.update(case_id=None, stage="", recent=list(self.recent))
+        self._write()
+
+    def set_context(self, context: dict) -> None:
+        self.data["context"] = context
+        self._write()
+
+    def retire(self, reason: str) -> None:
+        """Leave the reason where the controller will look, then exit."""
+        self.data["retired"] = reason
+        self._write()
+        self._fault_file.flush()
+        os._exit(RETIRE_EXIT)
+
+
+def health_probe() -> str | None:
+    """None when the device is healthy, else the error text.
+
+    On a GPU: a tiny kernel and a synchronize, which surface a sticky error
+    (illegal address, HSA exception) left by the previous case. On the host
+    there is no device state to poison, so nothing to probe.
+    """
+    if _FORCED_UNHEALTHY:
+        return _FORCED_UNHEALTHY[0]
+    try:
+        import torch
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        x = torch.ones(16, device="cuda")
+        (x * 2).sum().item()
+        torch.cuda.synchronize()
+    except Exception as e:  # a sticky device error raises on any call
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+# Test hook: the faults target poisons the "device" through this list.
+_FORCED_UNHEALTHY: list[str] = []
+
+_STICKY_WORDS = ("illegal memory access", "hipErrorIllegalAddress", "HSA_STATUS_ERROR",
+                 "device-side assert", "unspecified launch failure", "an illegal instruction",
+                 "misaligned address", "hardware exception")
+
+
+def is_sticky_device_error(message: str) -> bool:
+    """A CUDA/HIP error that leaves the context unusable for every later case."""
+    low = (message or "").lower()
+    return any(w.lower() in low for w in _STICKY_WORDS)
+
+
+# ------------------------------------------------------------ controller side
+
+@dataclass
+class Death:
+    kind: str        # "crash" | "hang" | "retired"
+    cause: str       # "SIGFPE", "exit code 3", "timeout after 5 s", retire reason
+    stage: str       # last stage reached ("" when unknown)
+    case_id: str | None   # the case the worker was in, per its state file
+    recent: list[str]     # case ids the worker ran before it
+    timeout_s: float | None
+    fault_text: str
+    context: dict | None
+
+
+def read_state(state_dir: str | os.PathLike, worker: str) -> dict:
+    try:
+        return json.loads((Path(state_dir) / f"{worker}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def parse_fault_text(text: str) -> tuple[str, str] | None:
+    """(kind, cause) from a faulthandler dump, or None when it holds nothing fatal."""
+    m = _TIMEOUT_RE.search(text)
+    if m:
+        h, mi, s = (int(g) for g in m.groups())
+        return "hang", f"timeout after {h * 3600 + mi * 60 + s} s"
+    for header, name in _FAULT_NAMES.items():
+        if f"Fatal Python error: {header}" in text:
+            return "crash", name
+    return None
+
+
+def diagnose(state_dir: str | os.PathLike, worker: str, exitcode: int | None) -> Death:
+    """Why a worker died, from its state file, fault file and exit status."""
+    state = read_state(state_dir, worker)
+    fault_text = ""
+    if state.get("fault_file"):
+        try:
+            fault_text = Path(state["fault_file"]).read_text(errors="replace")
+        except OSError:
+            pass
+    stage = state.get("stage") or ""
+    common = dict(stage=stage, case_id=state.get("case_id"), recent=state.get("recent") or [],
+                  timeout_s=state.get("timeout_s"), fault_text=fault_text,
+                  context=state.get("context"))
+    if state.get("retired"):
+        return Death("retired", state["retired"], **common)
+    parsed = parse_fault_text(fault_text)
+    if parsed:
+        return Death(parsed[0], parsed[1], **common)
+    if exitcode is not None and exitcode < 0:
+        return Death("crash", signal_name(-exitcode), **common)
+    if exitcode == RETIRE_EXIT:
+        return Death("retired", "worker retired itself", **common)
+    if exitcode:
+        return Death("crash", f"exit code {exitcode}", **common)
+    return Death("crash", "worker died (exit status unknown)", **common)
+
+
+def worker_exitcode(node, wait_s: float = 5.0) -> int | None:
+    """The dead xdist worker's exit status, from its execnet popen gateway."""
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    if popen is None:
+        return None
+    try:
+        return popen.wait(timeout=wait_s)
+    except Exception:
+        return popen.returncode
+
+
+# ---------------------------------------------------------------- culprit replay
+
+def replay(cases: list, target: str, timeout_s: float, cases_file_dir: str | None = None,
+           env: dict | None = None) -> tuple[str, str] | None:
+    """Run `cases` in order in a fresh process; (kind, cause) if the LAST one dies.
+
+    Returns None when the last case completes (whatever its outcome), or
+    when an earlier case died first (the sequence did not reach it).
+    """
+    with tempfile.TemporaryDirectory(dir=cases_file_dir, prefix="replay-") as tmp:
+        cases_path = Path(tmp) / "cases.json"
+        cases_path.write_text(json.dumps([c.to_json() for c in cases]))
+        fault_path = Path(tmp) / "fault"
+        cmd = [sys.executable, "-m", "harness.isolation", "--target", target,
+               "--timeout", str(timeout_s), "--fault-file", str(fault_path), str(cases_path)]
+        budget = timeout_s * len(cases) + 60
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=budget,
+                                  env=env, cwd=_repo_root())
+        except subprocess.TimeoutExpired:
+            return "hang", f"replay exceeded {budget:.0f} s"
+        started = [l[len("START "):] for l in proc.stdout.splitlines() if l.startswith("START ")]
+        finished = {l[len("DONE "):] for l in proc.stdout.splitlines() if l.startswith("DONE ")}
+        last = cases[-1].id
+        if proc.returncode == 0 or last in finished or not started or started[-1] != last:
+            return None
+        fault_text = fault_path.read_text(errors="replace") if fault_path.exists() else ""
+        parsed = parse_fault_text(fault_text)
+        if parsed:
+            return parsed
+        if proc.returncode < 0:
+            return "crash", signal_name(-proc.returncode)
+        return "crash", f"exit code {proc.returncode}"
+
+
+def classify_replay(case, recent: list, target: str, timeout_s: float,
+                    env: dict | None = None) -> tuple[str, str]:
+    """(isolation, note): culprit if the case fails alone, victim if only after `recent`."""
+    if not recent:
+        return "alone", ""
+    alone = replay([case], target, timeout_s, env=env)
+    if alone:
+        return "culprit", f"fails alone in a fresh process ({alone[1]})"
+    after = replay(list(recent) + [case], target, timeout_s, env=env)
+    if after:
+        return "victim", (f"fails only after {len(recent)} earlier case(s), first "
+                          f"{recent[0].id} ({after[1]})")
+    return "", f"did not reproduce alone or after {len(recent)} earlier case(s)"
+
+
+def _repo_root() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def _replay_main(argv: Iterable[str] | None = None) -> int:
+    """`python -m harness.isolation CASES_JSON`: run cases in order, print progress."""
+    import argparse
+
+    from harness.case import Case
+    from harness.targets import load_target
+
+    ap = argparse.ArgumentParser(prog="python -m harness.isolation")
+    ap.add_argument("cases_json")
+    ap.add_argument("--target", default="bundled")
+    ap.add_argument("--timeout", type=float, default=None)
+    ap.add_argument("--fault-file", default=None)
+    args = ap.parse_args(argv)
+    fault = open(args.fault_file, "w") if args.fault_file else sys.stderr
+    faulthandler.enable(file=fault, all_threads=True)
+    from harness.execute import execute_case
+
+    target = load_target(args.target)
+    for data in json.loads(Path(args.cases_json).read_text()):
+        case = Case.from_json(data)
+        print("START", case.id, flush=True)
+        timeout = args.timeout or case_timeout(case.params)
+        faulthandler.dump_traceback_later(timeout, exit=True, file=fault)
+        result = execute_case(case, target)
+        faulthandler.cancel_dump_traceback_later()
+        print("DONE", case.id, result.outcome, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_replay_main())

@@ -1,0 +1,530 @@
+"""The pytest plugin: one test item per case, one results row per case.
+
+Workers run cases and attach each case's row to its report; the controller
+(or the lone process without xdist) writes rows as reports arrive, so a row
+exists for every case whose final report arrived, including the report xdist
+makes up for a worker that died mid-case. Hook order on the controller:
+
+  pytest_handlecrashitem  -> read the dead worker's breadcrumbs (isolation.py)
+  pytest_runtest_logreport -> the final attempt's report becomes one row;
+                              "rerun" reports only count towards `reruns`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import isolation, table
+
+ROW_KEY = "harness_row"
+DEFAULT_TARGET = "bundled"
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("harness", "attention harness")
+    g.addoption("--target", default=DEFAULT_TARGET, help="library under test [bundled]")
+    g.addoption("--family", default=None, help="case families, comma-separated [all]")
+    g.addoption("--route", default=None, help="routes, comma-separated [all the target's]")
+    g.addoption("--case-id", default=None, help="only cases whose id contains this substring")
+    g.addoption("--cases-file", default=None,
+                help="run the cases in this JSON file (Case.to_json list) instead of families")
+    g.addoption("--disable-guards", default=None,
+                help="all|name,name: run the library without these guards (test use)")
+    g.addoption("--results", default=None,
+                help="results table path [results/<arch>-<commit>.jsonl]")
+    g.addoption("--resume", action="store_true",
+                help="skip cases that already have a row in --results; keep its run id")
+    g.addoption("--case-timeout", type=float, default=None,
+                help="seconds per case before it is a hang (plus a per-element allowance)")
+    g.addoption("--run-id", default=None, help="run id recorded on every row")
+
+
+# ------------------------------------------------------------------ selection
+
+def _csv(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def select_cases(target_name: str, families=None, routes=None, case_id=None,
+                 cases_file=None) -> list:
+    """The cases a run covers, in generation order (deterministic everywhere)."""
+    from harness.case import Case
+    from harness.targets import load_target
+
+    if cases_file:
+        cases = [Case.from_json(d) for d in json.loads(Path(cases_file).read_text())]
+    else:
+        target = load_target(target_name)
+        own = getattr(target, "cases", None)
+        if callable(own):
+            cases = list(own(families))
+        else:
+            import cases as families_pkg
+            cases = families_pkg.generate(families, routes=target.routes)
+    if routes:
+        unknown = set(routes) - {c.route for c in cases}
+        cases = [c for c in cases if c.route in routes]
+        if unknown and not cases:
+            raise pytest.UsageError(f"--route: no cases on {sorted(unknown)}")
+    if case_id:
+        cases = [c for c in cases if case_id in c.id]
+    return cases
+
+
+def case_id_of(nodeid: str) -> str:
+    """The case id inside a test node id: `...::test_case[<case id>]`."""
+    name = nodeid.rsplit("::", 1)[-1]
+    return name[name.index("[") + 1:-1] if "[" in name and name.endswith("]") else name
+
+
+# ------------------------------------------------------------------ run state
+
+@dataclass
+class Run:
+    """Per-session state, kept on config.stash (no globals)."""
+    config: Any
+    is_worker: bool
+    worker: str = "main"
+    run_id: str = ""
+    results: Path | None = None
+    default_results: bool = False
+    state_dir: str = ""
+    done_ids: frozenset = frozenset()
+    _cases: list | None = None
+    _target: Any = None
+    context: dict | None = None
+    state: isolation.WorkerState | None = None
+    retire_reason: str | None = None
+    # controller
+    written: set = field(default_factory=set)
+    retire_bumps: dict = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    replays: "ReplayQueue | None" = None
+    failed_rows: int = 0
+
+    def opt(self, name):
+        return self.config.getoption(name)
+
+    def cases(self) -> list:
+        if self._cases is None:
+            self._cases = select_cases(self.opt("target"), _csv(self.opt("family")),
+                                       _csv(self.opt("route")), self.opt("case_id"),
+                                       self.opt("cases_file"))
+        return self._cases
+
+    def cases_by_id(self) -> dict:
+        return {c.id: c for c in self.cases()}
+
+    def target(self):
+        if self._target is None:
+            from harness.targets import load_target
+            self._target = load_target(self.opt("target"))
+        return self._target
+
+    def timeout_for(self, case) -> float:
+        return isolation.case_timeout(dict(case.params), self.opt("case_timeout"))
+
+
+RUN = pytest.StashKey[Run]()
+
+
+def get_run(config) -> Run:
+    return config.stash[RUN]
+
+
+def _new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def default_results_path() -> Path:
+    from harness import platform_info
+    return table.results_path(platform_info.arch(), platform_info.repo_commit())
+
+
+def _disable_guards_env(value: str | None) -> None:
+    if value:
+        os.environ["KERNELS_DISABLE_GUARDS"] = value
+
+
+# ------------------------------------------------------------------ configure
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    worker_input = getattr(config, "workerinput", None)
+    if worker_input is not None:
+        info = worker_input["harness"]
+        run = Run(config, True, worker=worker_input.get("workerid", "gw?"), run_id=info["run_id"],
+                  state_dir=info["state_dir"], done_ids=frozenset(info["done_ids"]))
+        config.stash[RUN] = run
+        return
+    run = Run(config, False)
+    config.stash[RUN] = run
+    if config.getoption("collectonly"):
+        return
+    # Before xdist spawns workers: they inherit the environment.
+    _disable_guards_env(config.getoption("disable_guards"))
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("maxworkerrestart", None) is None:
+        # Every crash costs a worker; xdist's default (4 per worker) would end the run.
+        config.option.maxworkerrestart = "1000000"
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        # SIGTERM ends the run like Ctrl-C: finished rows are on disk already,
+        # and sessionfinish still records what is pending.
+        signal.signal(signal.SIGTERM, _sigterm)
+    given = config.getoption("results")
+    run.results = Path(given) if given else default_results_path()
+    run.default_results = not given
+    if config.getoption("resume"):
+        run.done_ids = frozenset(table.done_case_ids(run.results))
+        run.run_id = config.getoption("run_id") or table.last_run_id(run.results) or _new_run_id()
+    else:
+        run.run_id = config.getoption("run_id") or _new_run_id()
+        if run.results.exists():
+            run.results.unlink()
+    run.state_dir = tempfile.mkdtemp(prefix="harness-state-")
+    run.replays = ReplayQueue(run)
+    config.pluginmanager.register(Controller(run), "harness-controller")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(run), "harness-xdist")
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+class XdistHooks:
+    """Controller-side hooks that exist only when xdist is installed."""
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def pytest_configure_node(self, node):
+        node.workerinput["harness"] = {
+            "run_id": self.run.run_id, "state_dir": self.run.state_dir,
+            "done_ids": sorted(self.run.done_ids),
+        }
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        run = self.run
+        worker = report.node.gateway.id
+        death = isolation.diagnose(run.state_dir, worker, isolation.worker_exitcode(report.node))
+        report.harness_death = death
+        report.harness_worker = worker
+        if death.kind == "retired" and death.case_id is None:
+            # The worker retired between cases: the item xdist blames never
+            # started. Run it elsewhere, and do not count this as an attempt.
+            if report.outcome != "rerun":
+                sched.mark_test_pending(crashitem)
+                report.outcome = "rerun"
+            else:
+                run.retire_bumps[crashitem] = run.retire_bumps.get(crashitem, 0) + 1
+            report.harness_retired = True
+
+
+# ------------------------------------------------------------------ collection
+
+def pytest_generate_tests(metafunc):
+    if "case" not in metafunc.fixturenames:
+        return
+    run = get_run(metafunc.config)
+    cases = [c for c in run.cases() if c.id not in run.done_ids]
+    metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+
+
+# ------------------------------------------------------------------ worker side
+
+def _worker_state(run: Run) -> isolation.WorkerState:
+    if run.state is None:
+        state_dir = run.state_dir or tempfile.mkdtemp(prefix="harness-state-")
+        run.state_dir = state_dir
+        run.state = isolation.WorkerState(state_dir, run.worker)
+    return run.state
+
+
+def _context(run: Run, target) -> dict:
+    if run.context is None:
+        try:
+            from harness import platform_info
+            arch = platform_info.arch()
+        except Exception as e:  # a row without arch is still a row
+            arch = f"unknown ({type(e).__name__})"
+        run.context = {
+            "arch": arch, "platform": _safe(target.platform), "target": target.name,
+            "target_version": _safe(target.version), "library_commit": _safe(target.commit),
+            "build_hash": _safe(target.build_id),
+        }
+    return run.context
+
+
+def _safe(fn) -> str:
+    try:
+        return str(fn())
+    except Exception as e:
+        return f"unknown ({type(e).__name__}: {e})"
+
+
+def case_row(case, result=None, **extra) -> dict:
+    """A row's case-derived fields, plus a CaseResult's fields when given."""
+    row = {
+        "route": case.route, "family": case.family, "case_id": case.id,
+        "params": json.dumps(dict(case.params), sort_keys=True), "expect": case.expect,
+        "timestamp": _now(),
+    }
+    if result is not None:
+        row.update(outcome=result.outcome, **{"pass": bool(result.passed)},
+                   max_abs_diff=result.max_abs_diff, n_wrong=result.n_wrong,
+                   n_total=result.n_total, first_bad_index=_jsonable(result.first_bad_index),
+                   message=result.message or "", error_type=result.error_type or "",
+                   stage=result.stage or "", duration_s=result.duration_s)
+    row.update(extra)
+    return row
+
+
+def _jsonable(v):
+    if v is None or isinstance(v, (int, float, str, bool)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return str(v)
+
+
+def run_case(request, case) -> dict:
+    """The test body: execute the case, attach its row, fail when it fails."""
+    from harness.execute import execute_case
+
+    run = get_run(request.config)
+    item = request.node
+    state = _worker_state(run)
+    target = run.target()
+    if state.data.get("context") is None:
+        state.set_context(_context(run, target))
+    state.begin(case.id, run.timeout_for(case))
+    try:
+        result = execute_case(case, target, on_stage=state.stage)
+    finally:
+        state.end(case.id)
+    row = case_row(case, result, **_context(run, target))
+    sick = isolation.health_probe()
+    if sick is None and is_sticky(row):
+        sick = row["message"]
+    if sick is not None:
+        run.retire_reason = sick
+        if row["outcome"] not in ("crash", "hang"):
+            row.update(outcome="crash", **{"pass": False}, error_type="device error",
+                       message=f"sticky device error after the case: {sick}"
+                               + (f" (case outcome was {row['outcome']}: {row['message']})"
+                                  if row["message"] else ""))
+    item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
+    item.user_properties.append((ROW_KEY, row))
+    if not row["pass"]:
+        pytest.fail(failure_text(row), pytrace=False)
+    return row
+
+
+def is_sticky(row: dict) -> bool:
+    return row.get("outcome") == "crash" or isolation.is_sticky_device_error(row.get("message", ""))
+
+
+def failure_text(row: dict) -> str:
+    parts = [f"{row['outcome']} (expect {row['expect']})"]
+    if row.get("max_abs_diff") is not None and row["outcome"] == "wrong":
+        parts.append(f"max |diff| {row['max_abs_diff']:.3g}, "
+                     f"{row.get('n_wrong')}/{row.get('n_total')} wrong")
+    if row.get("stage"):
+        parts.append(f"stage {row['stage']}")
+    msg = "; ".join(parts)
+    return f"{msg}: {row['message']}" if row.get("message") else msg
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    run = item.config.stash.get(RUN, None)
+    if run is not None and run.retire_reason and run.state is not None and run.is_worker:
+        # The device is unusable: leave before this case starts; the
+        # controller reschedules it on a fresh worker.
+        run.state.retire(run.retire_reason)
+
+
+# ------------------------------------------------------------------ controller side
+
+class Controller:
+    """Hooks of the process that writes rows: the xdist controller, or the
+    lone pytest process without xdist."""
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def pytest_runtest_logreport(self, report):
+        run = self.run
+        if getattr(report, "harness_retired", False) or report.outcome == "rerun":
+            return
+        if report.when == "call":
+            row = next((v for k, v in report.user_properties if k == ROW_KEY), None)
+            if row is not None:
+                _finish_row(run, report, dict(row))
+        elif report.when == "???" or getattr(report, "harness_death", None) is not None:
+            _crash_row(run, report)
+        elif report.when == "setup" and report.outcome != "passed":
+            case = run.cases_by_id().get(case_id_of(report.nodeid))
+            if case is None:
+                return
+            if report.outcome == "skipped":
+                row = case_row(case, outcome="skipped", **{"pass": True},
+                               message=_longrepr(report)[:500])
+            else:
+                row = case_row(case, outcome="crash", **{"pass": False}, error_type="setup",
+                               message="harness error before the case ran: "
+                                       + _longrepr(report)[-500:])
+            _finish_row(run, report, row)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session, exitstatus):
+        run = self.run
+        run.replays.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        if run.results.exists() and run.default_results:
+            ctx = _any_context(run)
+            if ctx.get("arch"):
+                table.copy_latest(run.results, ctx["arch"])
+        if run.failed_rows and exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_report_header(self, config):
+        run = self.run
+        resumed = f", resuming ({len(run.done_ids)} cases done)" if run.done_ids else ""
+        return (f"harness: target {config.getoption('target')}, run {run.run_id}, "
+                f"results {run.results}{resumed}")
+
+    def pytest_unconfigure(self, config):
+        import shutil
+        shutil.rmtree(self.run.state_dir, ignore_errors=True)
+
+
+def _longrepr(report) -> str:
+    return str(report.longrepr) if report.longrepr is not None else ""
+
+
+def _reruns(run: Run, report) -> int:
+    return max(0, int(getattr(report, "rerun", 0) or 0) - run.retire_bumps.get(report.nodeid, 0))
+
+
+def _finish_row(run: Run, report, row: dict) -> None:
+    row["run_id"] = run.run_id
+    row["reruns"] = _reruns(run, report)
+    row["flaky"] = bool(row.get("pass")) and row["reruns"] > 0
+    row.setdefault("isolation", "")
+    row["worker"] = getattr(report, "worker_id", None) or row.get("worker") or run.worker
+    write_row(run, report.nodeid, row)
+
+
+def write_row(run: Run, nodeid: str, row: dict) -> None:
+    with run.lock:
+        if nodeid in run.written:
+            return
+        run.written.add(nodeid)
+        table.append_row(run.results, row)
+        if not row.get("pass"):
+            run.failed_rows += 1
+
+
+def _crash_row(run: Run, report) -> None:
+    from harness import classify
+
+    case = run.cases_by_id().get(case_id_of(report.nodeid))
+    if case is None:
+        return
+    death = getattr(report, "harness_death", None)
+    worker = getattr(report, "harness_worker", "")
+    if death is None:
+        node = getattr(report, "node", None)
+        worker = node.gateway.id if node is not None else ""
+        death = isolation.diagnose(run.state_dir, worker, isolation.worker_exitcode(node))
+    stage = death.stage if death.case_id == case.id else ""
+    if death.kind == "hang":
+        timeout = death.timeout_s or run.timeout_for(case)
+        verdict = classify.hang_verdict(case, timeout, stage)
+    else:
+        verdict = classify.crash_verdict(case, death.cause, stage)
+    context = death.context or _any_context(run)
+    row = case_row(case, outcome=verdict.outcome, **{"pass": bool(verdict.passed)},
+                   message=verdict.message, error_type=death.cause, stage=stage,
+                   duration_s=None, **context)
+    row["worker"] = worker
+    recent_ids = death.recent if death.case_id == case.id else []
+    by_id = run.cases_by_id()
+    recent = [by_id[i] for i in recent_ids if i in by_id]
+    if not recent:
+        row["isolation"] = "alone"
+        _finish_row(run, report, row)
+        return
+    timeout = death.timeout_s or run.timeout_for(case)
+    run.replays.submit(report, row, case, recent, min(timeout, 600.0))
+
+
+def _any_context(run: Run) -> dict:
+    keys = ("arch", "platform", "target", "target_version", "library_commit", "build_hash")
+    for worker_file in Path(run.state_dir).glob("*.json"):
+        try:
+            ctx = json.loads(worker_file.read_text()).get("context")
+        except (OSError, ValueError):
+            continue
+        if ctx:
+            return {k: ctx.get(k, "") for k in keys}
+    return {"target": run.opt("target")}
+
+
+class ReplayQueue:
+    """Culprit replay on one background thread, so the controller keeps
+    collecting other workers' reports while a fresh process replays."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.jobs: queue.Queue = queue.Queue()
+        self.pending: dict[str, tuple] = {}
+        self.thread: threading.Thread | None = None
+
+    def submit(self, report, row, case, recent, timeout) -> None:
+        self.pending[report.nodeid] = (report, row)
+        self.jobs.put((report, row, case, recent, timeout))
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="harness-replay", daemon=True)
+            self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            report, row, case, recent, timeout = self.jobs.get()
+            try:
+                iso, note = isolation.classify_replay(case, recent, self.run.opt("target"),
+                                                      timeout, env=dict(os.environ))
+            except Exception as e:  # the row matters more than the replay
+                iso, note = "", f"replay failed: {type(e).__name__}: {e}"
+            row = dict(row, isolation=iso)
+            if note:
+                row["message"] = f"{row['message']} [replay: {note}]"
+            if self.pending.pop(report.nodeid, None) is not None:
+                _finish_row(self.run, report, row)
+            self.jobs.task_done()
+
+    def finish(self, interrupted: bool) -> None:
+        if self.thread is not None and not interrupted:
+            self.jobs.join()
+        for nodeid, (report, row) in list(self.pending.items()):
+            if self.pending.pop(nodeid, None) is not None:
+                row = dict(row, isolation="")
+                row["message"] = f"{row['message']} [replay: interrupted]"
+                _finish_row(self.run, report, row)

@@ -1,0 +1,117 @@
+"""faults: a test-only target whose cases die on purpose.
+
+Each case names its failure in params["fault"]; the failure happens in the
+"run" stage, where a real kernel would fail. With KERNELS_TESTONLY=1 and
+kernels.testonly present, the library's own injected failures are used (a
+host kernel's integer division by zero, a null write, abort(), exit(3), an
+endless loop inside a kernel); otherwise pure-Python equivalents.
+
+  none    the right answer            wrong   a deterministic wrong answer
+  sigfpe  SIGFPE                      segv    SIGSEGV (a read at address 0)
+  abort   SIGABRT                     exit3   os._exit(3)
+  hang    an endless loop             flaky   wrong on the first attempt in a run
+                                              directory, right afterwards
+  poison  leaves state behind         victim  SIGSEGV only after a `poison` case
+  sticky  right answer, then the device health probe fails (worker retires)
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from pathlib import Path
+
+from harness.case import Case
+from harness.targets.base import Target
+
+FAULTS = ("none", "wrong", "sigfpe", "segv", "abort", "exit3", "hang", "flaky",
+          "poison", "victim", "sticky")
+ROUTES = ("faults.single_prefill",)
+
+# Left behind by a `poison` case; read by a `victim` case in the same process.
+_LEFTOVER: list[str] = []
+
+
+def fault_case(fault: str, n: int = 0, **params) -> Case:
+    """A small valid single-prefill problem that fails in the named way."""
+    base = {"fault": fault, "dtype": "fp32", "head_dim": 8, "num_qo_heads": 1,
+            "qo_lens": [2], "kv_lens": [3]}
+    return Case(route=ROUTES[0], family="faults", variant=fault,
+                params={**base, **params}, tag=f"n{n}")
+
+
+def _testonly():
+    if os.environ.get("KERNELS_TESTONLY") != "1":
+        return None
+    try:
+        from kernels import testonly
+    except ImportError:
+        return None
+    return testonly
+
+
+def _inject(fault: str) -> None:
+    lib = _testonly()
+    fn = getattr(lib, "inject", None) if lib is not None else None
+    if fn is not None and fault in ("sigfpe", "segv", "abort", "exit3", "hang"):
+        fn(fault)
+        return
+    if fault == "sigfpe":
+        os.kill(os.getpid(), signal.SIGFPE)
+    elif fault == "segv":
+        ctypes.string_at(0)
+    elif fault == "abort":
+        os.abort()
+    elif fault == "exit3":
+        os._exit(3)
+    elif fault == "hang":
+        while True:
+            time.sleep(0.01)
+
+
+class FaultsTarget(Target):
+    name = "faults"
+    routes = ROUTES
+
+    def version(self) -> str:
+        return "0"
+
+    def platform(self) -> str:
+        return "host"
+
+    def cases(self, families=None):
+        """One case per fault kind (the test-only `faults` family)."""
+        return [fault_case(f) for f in FAULTS]
+
+    def run(self, case, problem, buffers):
+        from harness.reference import attention_reference
+
+        fault = case.params.get("fault", "none")
+        buffers.stage("plan")
+        buffers.stage("run")
+        right = attention_reference(problem)["o"].to(problem.dtype)
+        if fault == "poison":
+            _LEFTOVER.append(case.id)
+        elif fault == "victim":
+            if _LEFTOVER:
+                ctypes.string_at(0)
+        elif fault == "wrong":
+            return {"o": right + 1}
+        elif fault == "flaky":
+            marker = Path(case.params["marker_dir"]) / (case.id.replace("/", "_") + ".seen")
+            if not marker.exists():
+                marker.write_text("1")
+                return {"o": right + 1}
+        elif fault == "sticky":
+            from harness import isolation
+            isolation._FORCED_UNHEALTHY[:] = [f"injected sticky device error after {case.id}"]
+        elif fault != "none":
+            _inject(fault)
+        out = buffers.output(right.shape, right.dtype, "o")
+        out.copy_(right)
+        return {"o": out}
+
+
+def make_target() -> FaultsTarget:
+    return FaultsTarget()
