@@ -119,7 +119,7 @@ PAGED_FORMS = ((1, "NHD", "tuple"), (1, "HND", "single"), (16, "NHD", "single"),
 def _paged_prefill():
     for dtype, head_dim, heads, k in _core_rows():
         causal, window = MASKS[k % 4]
-        page_size, layout, form = PAGED_FORMS[(k // 3 + k) % 4]
+        page_size, layout, form = PAGED_FORMS[(k + k // 4) % 4]
         batch = (1, 7)[k % 2]
         qo, kv = _batch_lens(batch, k)
         p = _base(dtype, head_dim, heads, qo_lens=qo, kv_lens=kv, causal=causal,

@@ -1,0 +1,100 @@
+"""misplanned: run() tensors that disagree with plan(), and plans that fail (seed 002).
+
+plan() gets the problem as described; run() gets tensors that disagree with
+it in one field (harness/targets/bundled_mismatch.py lists them). Each must
+be refused with a ValueError naming the field. Before the fix these ran
+silently (reading past q, a truncated head loop) or killed the process.
+
+q rows: fewer than planned must be refused; more is what CUDA-graph callers
+do (they pad q and out to a fixed capacity), so up to capacity it must run
+and the first planned rows must match.
+
+Scenarios (params["scenario"], harness/targets/bundled_scenarios.py):
+  plan_failed_midway     plan() for the problem, then a second plan() that
+                         fails after it began updating the wrapper (its split
+                         schedule does not fit the workspace); run() must refuse.
+  plan_rejected_first    plan() for the problem, then a second plan() rejected
+                         during validation (a malformed batch); the first plan
+                         must still be usable: run() matches the problem.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case
+from harness.routes import op_of
+
+FAMILY = "misplanned"
+OPS = ("paged_prefill", "ragged_prefill", "batch_decode")
+
+_BASE = {"dtype": "bf16", "head_dim": 128, "num_qo_heads": 8, "num_kv_heads": 2,
+         "window_left": -1, "return_lse": True}
+PROBLEMS = {
+    "paged_prefill": {"qo_lens": [7, 12], "kv_lens": [25, 40], "causal": True,
+                      "page_size": 16, "layout": "NHD", "cache_form": "tuple"},
+    "ragged_prefill": {"qo_lens": [6, 9], "kv_lens": [21, 30], "causal": True},
+    "batch_decode": {"qo_lens": [1, 1, 1], "kv_lens": [33, 8, 50], "causal": False,
+                     "page_size": 16, "layout": "NHD", "cache_form": "tuple"},
+}
+
+# (variant, field, value or a function of the problem's params, expect, words)
+def _rows(p):
+    return sum(p["qo_lens"])
+
+
+MISMATCHES = (
+    ("num_qo_heads", "num_qo_heads", 4, "refuse", ("num_qo_heads",)),
+    ("num_kv_heads", "num_kv_heads", 1, "refuse", ("num_kv_heads",)),
+    ("head_dim_qk", "head_dim_qk", 64, "refuse", ("head_dim",)),
+    ("head_dim_vo", "head_dim_vo", 64, "refuse", ("head_dim",)),
+    ("page_size", "page_size", 8, "refuse", ("page_size",)),
+    ("rank", "rank", 2, "refuse", ("q",)),
+    ("q_rows_fewer", "q_rows", lambda p: _rows(p) - 1, "refuse", ("q",)),
+    ("q_rows_padded", "q_rows", lambda p: _rows(p) + 5, "match", ()),
+    ("kv_rows_fewer", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", ("k",)),
+    ("dtype", "dtype", "fp16", "refuse", ("dtype",)),
+)
+APPLIES = {
+    "paged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
+                      "rank", "q_rows", "dtype"},
+    "ragged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "rank",
+                       "q_rows", "kv_rows", "dtype"},
+    "batch_decode": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
+                     "rank", "q_rows", "dtype"},
+}
+
+
+def _tag(p) -> str:
+    bits = [p["dtype"], f"d{p['head_dim']}", f"h{p['num_qo_heads']}x{p['num_kv_heads']}"]
+    if "page_size" in p:
+        bits.append(f"p{p['page_size']}")
+    return "-".join(bits)
+
+
+def _scenarios(op, base):
+    # A long request so a small max_kv_chunk needs many partial slots.
+    long_kv = dict(base, kv_lens=[k + 200 for k in base["kv_lens"]])
+    yield ("plan_failed_midway",
+           {**long_kv, "scenario": "plan_failed_midway", "replan_max_kv_chunk": 8,
+            "workspace_bytes": 1 << 16},
+           "refuse", ("plan",))
+    yield ("plan_rejected_first", {**base, "scenario": "plan_rejected_first"}, "match", ())
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        op = op_of(route)
+        if op not in PROBLEMS:
+            continue
+        base = {**_BASE, **PROBLEMS[op]}
+        tag = _tag(base)
+        for variant, field, value, expect, words in MISMATCHES:
+            if field not in APPLIES[op]:
+                continue
+            value = value(base) if callable(value) else value
+            params = {**base, "mismatch": {"field": field, "value": value}}
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect=expect, refuse_words=words, tag=tag)
+        for variant, params, expect, words in _scenarios(op, base):
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect=expect, refuse_words=words, tag=tag)

@@ -1,0 +1,105 @@
+"""The valid, strided, misplanned and gqa families: well-formed data, full route coverage."""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import pytest
+
+from cases import generate, load_family
+from harness.case import EXPECTS
+from harness.problem import normalize
+from harness.routes import BUNDLED_ROUTES, op_of
+
+FAMILIES = ("valid", "strided", "misplanned", "gqa")
+# route / family.variant / tag: lower-case words, digits, '_', '-' (and '.' in the tag).
+ID = re.compile(r"^[a-z0-9_]+\.[a-z_]+/[a-z]+\.[a-z0-9_]+/[a-z0-9_.-]+$")
+
+
+@pytest.fixture(scope="module")
+def all_cases():
+    return generate(FAMILIES, BUNDLED_ROUTES)
+
+
+def test_ids_unique_and_readable(all_cases):
+    ids = [c.id for c in all_cases]
+    assert len(ids) == len(set(ids))
+    unreadable = [i for i in ids if not ID.match(i) or len(i) > 120]
+    assert not unreadable, unreadable[:5]
+
+
+def test_expectations_legal(all_cases):
+    for c in all_cases:
+        assert c.expect in EXPECTS, c.id
+        if c.expect == "refuse":
+            assert c.refuse_words, f"{c.id}: a refusal must name the field its message names"
+        normalize(c.params)   # every case's params are a valid problem
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_covers_every_route_of_its_ops(family):
+    module = load_family(family)
+    by_route = defaultdict(int)
+    for c in module.cases(BUNDLED_ROUTES):
+        assert op_of(c.route) in module.OPS, c.id
+        assert c.family == family
+        by_route[c.route] += 1
+    for route in BUNDLED_ROUTES:
+        if op_of(route) in module.OPS:
+            assert by_route[route] > 0, f"{family} yields nothing for {route}"
+
+
+def test_valid_covers_every_route_and_factor(all_cases):
+    valid = [c for c in all_cases if c.family == "valid"]
+    assert {c.route for c in valid} == set(BUNDLED_ROUTES)
+    assert all(c.expect == "match" for c in valid)
+    levels = defaultdict(set)
+    for c in valid:
+        p = c.params
+        levels["dtype"].add(p["dtype"])
+        levels["head_dim"].add(p["head_dim"])
+        levels["ratio"].add(p["num_qo_heads"] // p["num_kv_heads"])
+        levels["pair"].add((p["dtype"], p["head_dim"]))
+        levels["mask"].add((p["causal"], p["window_left"] >= 0))
+        if c.op == "paged_prefill":
+            levels["paged"].add((p["page_size"], p["layout"], p["cache_form"]))
+            levels["batch"].add(len(p["qo_lens"]))
+            levels["order"].add(p["page_order"])
+        levels["qo_len_1"].add(1 in p["qo_lens"])
+        levels["split"].add("max_kv_chunk" in p)
+        levels["past_64k"].add(p.get("page_id_offset", 0) >= 65536)
+        levels["vo"].add(p.get("head_dim_vo", p["head_dim"]) != p["head_dim"])
+    assert levels["dtype"] == {"fp16", "bf16", "fp32"}
+    assert levels["head_dim"] == {32, 64, 128, 256}
+    assert levels["ratio"] >= {1, 4, 8}
+    assert len(levels["pair"]) == 12
+    assert len(levels["mask"]) == 4
+    assert len(levels["paged"]) == 4 and levels["batch"] >= {1, 7, 64}
+    assert levels["order"] == {"shuffled", "sequential"}
+    for key in ("qo_len_1", "split", "past_64k", "vo"):
+        assert levels[key] == {True, False}, key
+
+
+def test_refusals_never_expect_wrong(all_cases):
+    # Strided and misplanned inputs are refused or computed right: no case tolerates wrong.
+    for c in all_cases:
+        if c.family == "strided" and c.params.get("strided") == "q_heads":
+            assert c.expect == "match", c.id
+
+
+def test_valid_sample_matches_on_host(all_cases):
+    """The first valid case of every route, end to end through the bundled adapter."""
+    from harness.execute import execute_case
+    from harness.targets import load_target
+
+    target = load_target("bundled")
+    firsts = {}
+    for c in all_cases:
+        if c.family == "valid" and c.route not in firsts:
+            firsts[c.route] = c
+    failures = []
+    for c in firsts.values():
+        r = execute_case(c, target, "cpu")
+        if r.outcome != "match":
+            failures.append(f"{c.id}: {r.outcome} {r.message}")
+    assert not failures, failures
