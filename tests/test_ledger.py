@@ -35,6 +35,13 @@ def test_matching_entry_passes_row_with_reason(tmp_path):
     assert not df[(df.arch == "gfx950") & (df.case_id == "a")].iloc[0]["pass"]
 
 
+def test_applying_twice_changes_nothing(tmp_path):
+    path = write(tmp_path, [entry("a")])
+    once, _ = apply_ledger(rows().assign(expect="match"), "gfx942", path)
+    twice, errors = apply_ledger(once, "gfx942", path)
+    assert errors == [] and twice.equals(once)
+
+
 def test_stale_entry_says_remove(tmp_path):
     path = write(tmp_path, [entry("b")])
     _, errors = apply_ledger(rows(), "gfx942", path)
