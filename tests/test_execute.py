@@ -135,3 +135,13 @@ def test_platform_facts(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{4,}", clean)
     (tmp_path / "f").write_text("b")
     assert platform_info.repo_commit(tmp_path) == clean + "+dirty"
+
+
+def test_sticky_device_error_is_a_crash_not_a_refusal():
+    class Faulting(FakeTarget):
+        def run(self, case, problem, buffers):
+            buffers.stage("run")
+            raise RuntimeError("HIP error: an illegal memory access was encountered")
+    r = execute_case(case("match_or_refuse"), Faulting("ok"), device="cpu")
+    assert (r.outcome, r.passed, r.stage, r.error_type) == ("crash", False, "run", "RuntimeError")
+    assert "illegal memory access" in r.message
