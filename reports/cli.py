@@ -27,6 +27,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         help="apply a known-failures ledger (cases/known_failures.json) per arch")
     parser.add_argument("--fail-on-failures", action="store_true",
                         help="exit 1 when any row fails or the ledger has errors")
+    parser.add_argument("--disable-guards", default=None, metavar="NAMES",
+                        help="guards the run had off, for rows that do not record them: "
+                             "repro commands then carry --disable-guards")
     parser.add_argument("--title", default=None)
 
 
@@ -51,6 +54,10 @@ def report_main(args: argparse.Namespace) -> int:
     df = load_results(args.results)
     base = load_results(args.base) if getattr(args, "base", None) else None
     errors: list[str] = []
+    guards = getattr(args, "disable_guards", None)
+    if guards:
+        unset = df["disable_guards"].isna() | (df["disable_guards"].astype(str) == "")
+        df.loc[unset, "disable_guards"] = guards
     if getattr(args, "ledger", None):
         df, errors = _apply_ledger(df, args.ledger)
         if base is not None:

@@ -114,3 +114,23 @@ def test_markdown_stays_under_limit_with_20000_rows():
     assert len(md) < 65_000
     assert "rows left out" in md and "Left out:" in md
     assert md.index("### Failures: 1000") < md.index("gqa.h0/")
+
+
+def test_report_and_compare_cli(tmp_path, capsys):
+    from reports.cli import main
+    base, head = tmp_path / "base.jsonl", tmp_path / "head.jsonl"
+    rows = table().to_dict("records")
+    base.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows[0].update(outcome="wrong", max_abs_diff=0.5)
+    rows[0]["pass"] = False
+    head.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out, md = tmp_path / "out" / "r.html", tmp_path / "r.md"
+    assert main(["report", "--results", str(head), "--out", str(out), "--markdown", str(md),
+                 "--disable-guards", "g1"]) == 0
+    assert "--disable-guards g1" in out.read_text() and "### Failures: 4" in md.read_text()
+    assert main(["report", "--results", str(head), "--out", str(out),
+                 "--fail-on-failures"]) == 1
+    assert main(["compare", "--base", str(base), "--head", str(base)]) == 0
+    assert main(["compare", "--base", str(base), "--head", str(head)]) == 1
+    assert "regression fa2.paged_prefill/strided.q/bf16-d128: match -> wrong" in \
+        " ".join(capsys.readouterr().out.split())
