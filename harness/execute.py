@@ -71,6 +71,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# Exceptions a library raises to refuse an input are ValueError, RuntimeError,
+# TypeError or NotImplementedError (torch's TORCH_CHECK and friends). These are
+# what an adapter or case bug raises instead; they never count as a refusal.
+HARNESS_ERRORS = (AttributeError, NameError, KeyError, ImportError, AssertionError,
+                  UnboundLocalError, SyntaxError)
+
+
 def execute_case(case: Case, target: Target, device: torch.device | str | None = None,
                  on_stage: Callable[[str], None] | None = None) -> CaseResult:
     start = time.perf_counter()
@@ -95,6 +102,10 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
         _sync(device)
     except Skip as skip:
         return done(classify(case, skip_reason=str(skip) or "skipped by the adapter"))
+    except HARNESS_ERRORS:
+        # A bug in an adapter or case (a misspelt attribute, a missing key) is
+        # not the library refusing: let it fail the test loudly.
+        raise
     except Exception as error:  # noqa: BLE001 - every library exception is an outcome
         if is_device_fault(error):
             verdict = crash_verdict(case, f"device error {type(error).__name__}: {error}",

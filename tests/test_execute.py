@@ -145,3 +145,12 @@ def test_sticky_device_error_is_a_crash_not_a_refusal():
     r = execute_case(case("match_or_refuse"), Faulting("ok"), device="cpu")
     assert (r.outcome, r.passed, r.stage, r.error_type) == ("crash", False, "run", "RuntimeError")
     assert "illegal memory access" in r.message
+
+
+@pytest.mark.parametrize("error", [AttributeError, KeyError, AssertionError], ids=lambda e: e.__name__)
+def test_adapter_bug_is_not_a_refusal(error):
+    class Buggy(FakeTarget):
+        def run(self, case, problem, buffers):
+            raise error("adapter bug")
+    with pytest.raises(error):
+        execute_case(case(), Buggy("ok"), device="cpu")
