@@ -149,16 +149,17 @@ def kv_shapes_agree(where: str, fields: dict) -> None:
 
 @guard("run_matches_plan",
        "run() tensors agree with plan(): rank, heads, head dims, page size, dtype, at least the planned rows")
-def run_matches_plan(where: str, planned: dict, given: dict, at_least=()) -> None:
-    """planned/given: field -> value (given as (value, 'tensor name'))."""
-    for field, want in planned.items():
-        if field not in given:
-            continue
-        have, src = given[field]
-        bad = have < want if field in at_least else have != want
-        if bad:
-            more = "at least " if field in at_least else ""
-            raise ValueError(f"{where}: {field} is {more}{want} in plan() but {src} has {have}")
+def run_matches_plan(where: str, checks) -> None:
+    """checks: (field, planned, given, tensor name[, "at_least"]) tuples."""
+    for field, want, have, src, *mode in checks:
+        at_least = bool(mode)
+        if (have < want) if at_least else (have != want):
+            more = "at least " if at_least else ""
+            raise ValueError(f"{where}: {field} is {more}{_show(want)} in plan() but {src} has {_show(have)}")
+
+
+def _show(v):
+    return str(v).replace("torch.", "")
 
 
 @guard("batch_consistent",

@@ -1,0 +1,143 @@
+"""What plan() does for every batch wrapper: stage index tensors into the wrapper's own int32
+buffers, run the C scheduler (kernels_plan) and keep the schedule on the device.
+
+CUDA-graph mode: the first plan() fixes the capacity (batch size, total q rows, indices
+length, work items) and every buffer a launch reads, so a captured run replays a later plan;
+the graph path always splits KV. On the host it is the same fixed-buffer semantics.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from . import _lib, guards
+from ._launch import LAYOUTS
+
+DEFAULT_MAX_KV_CHUNK = 512
+# Work items a graph grid holds per request, beyond what the first plan needs: later plans
+# with longer KV use larger chunks to fit (kernels_plan doubles the chunk).
+GRAPH_WORK_PER_REQUEST = 4
+
+
+def host_ints(t) -> list[int]:
+    if isinstance(t, torch.Tensor):
+        return t.detach().to("cpu", torch.int64).tolist()
+    return [int(x) for x in t]
+
+
+class Planned:
+    """State shared by the batch wrappers. _state: 'none' | 'partial' | 'ok'."""
+
+    def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, graph_bufs: dict, backend: str,
+                 backends: tuple):
+        guards.layout_known("__init__()", "kv_layout", kv_layout, LAYOUTS)
+        guards.layout_known("__init__()", "backend", backend, backends)
+        self._ws = float_workspace_buffer
+        self._device = float_workspace_buffer.device
+        self._kv_layout = kv_layout
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._graph_bufs = {k: v for k, v in graph_bufs.items() if v is not None}
+        self._backend = backend
+        self._state = "none"
+        self._p: dict = {}
+        self._caps: dict | None = None
+        self._bufs: dict = {}
+        self._sched = None
+
+    @property
+    def is_cuda_graph_enabled(self) -> bool:
+        return self._use_cuda_graph
+
+    # -- plan pieces ---------------------------------------------------------------------------
+
+    def _capacity(self, need: dict) -> dict:
+        """Graph mode: the capacity this plan must fit (the first plan's, or the caller's buffers)."""
+        if self._caps is not None:
+            return {k: self._caps[k] for k in need}
+        caps = dict(need)
+        if "indices" in self._graph_bufs:
+            caps["indices"] = self._graph_bufs["indices"].numel()
+        return caps
+
+    def _validate_capacity(self, where: str, need: dict) -> None:
+        if self._use_cuda_graph:
+            guards.graph_capacity(where, self._capacity(need), need)
+
+    def _write_capacity(self, need: dict) -> None:
+        if self._use_cuda_graph and self._caps is None:
+            self._caps = self._capacity(need)
+
+    def _stage(self, name: str, values: list[int], cap_key: str | None = None, extra: int = 0) -> torch.Tensor:
+        """values into an int32 device buffer the wrapper owns (graph: a fixed one, filled in place)."""
+        host = torch.tensor(values, dtype=torch.int32)
+        n = host.numel()
+        if self._use_cuda_graph:
+            buf = self._bufs.get(name)
+            if buf is None:
+                caller = self._graph_bufs.get(name)
+                cap = self._caps[cap_key] + extra if cap_key else n
+                if (caller is not None and caller.dtype == torch.int32 and caller.is_contiguous()
+                        and caller.device == self._device and caller.numel() >= cap):
+                    buf = caller  # launches read the caller's buffer, as FlashInfer's graph path does
+                else:
+                    buf = torch.zeros(max(cap, n, 1), dtype=torch.int32, device=self._device)
+                self._bufs[name] = buf
+            buf[:n].copy_(host)
+            caller = self._graph_bufs.get(name)
+            if caller is not None and caller is not buf:
+                caller.view(-1)[:n].copy_(host)
+            return buf
+        buf = torch.empty(max(n, 1), dtype=torch.int32, device=self._device)
+        buf[:n].copy_(host)
+        self._bufs[name] = buf
+        return buf
+
+    def _schedule(self, qo: list[int], kv_lens: list[int], num_qo_heads: int, head_dim_vo: int,
+                  max_kv_chunk, unsplit: bool = False) -> dict:
+        """Run kernels_plan; fails (ValueError) when the float workspace cannot hold the schedule."""
+        lib = _lib.lib()
+        batch = len(kv_lens)
+        qo_t = torch.tensor(qo or [0], dtype=torch.int32)
+        kv_t = torch.tensor(kv_lens or [0], dtype=torch.int32)
+        chunk = int(max_kv_chunk or DEFAULT_MAX_KV_CHUNK)
+        if unsplit:
+            chunk = max([chunk, *kv_lens, 1])
+        ws_bytes = self._ws.numel() * self._ws.element_size()
+        info = (ctypes.c_int64 * 6)()
+        force = int(self._use_cuda_graph and not unsplit)
+        args = (qo_t.data_ptr(), kv_t.data_ptr(), batch, num_qo_heads, head_dim_vo, chunk)
+        if self._use_cuda_graph and "work" not in self._caps:
+            _lib.call("kernels_plan", *args, 0, force, ws_bytes, None, 0, 0, info)
+            self._caps["work"] = max(int(info[0]), GRAPH_WORK_PER_REQUEST * batch)
+        limit = self._caps["work"] if self._use_cuda_graph else 0
+        _lib.call("kernels_plan", *args, limit, force, ws_bytes, None, 0, 0, info)
+        work_cap = self._caps["work"] if self._use_cuda_graph else int(info[0])
+        rows_cap = self._caps["total_num_rows"] if self._use_cuda_graph else int(info[5])
+        host = torch.zeros(lib.kernels_schedule_len(work_cap, rows_cap), dtype=torch.int32)
+        _lib.call("kernels_plan", *args, limit, force, ws_bytes, host.data_ptr(), work_cap, rows_cap, info)
+        if self._use_cuda_graph and self._sched is not None and self._sched.numel() == host.numel():
+            self._sched.copy_(host)
+        else:
+            self._sched = host.to(self._device, copy=True)
+        s = self._sched
+        base, W, R = s.data_ptr(), work_cap, rows_cap
+        slot_cap = ws_bytes // (4 * max(num_qo_heads * (head_dim_vo + 1), 1))
+        return dict(
+            num_work=W if self._use_cuda_graph else int(info[0]), split=bool(info[1]), chunk=int(info[4]),
+            live_rows=int(info[5]), total_num_rows=R,
+            ptrs=dict(work_req=base, work_kv_lo=base + 4 * W, work_kv_hi=base + 8 * W,
+                      work_slot=base + 12 * W, work_nchunks=base + 16 * W, merge_indptr=base + 20 * W,
+                      live=(base + 4 * (5 * W + R + 1)) if self._use_cuda_graph else None),
+            live_rows_ptr=base + 4 * (5 * W + R + 2),
+            partial_o=self._ws.data_ptr(),
+            partial_lse=self._ws.data_ptr() + 4 * slot_cap * num_qo_heads * head_dim_vo,
+        )
+
+    def _launch_fields(self, sched: dict, qo_indptr, kv_indptr, kv_indices, kv_lens) -> dict:
+        f = dict(qo_indptr=qo_indptr.data_ptr(), kv_indptr=kv_indptr.data_ptr(),
+                 kv_indices=kv_indices.data_ptr() if kv_indices is not None else None,
+                 kv_lens=kv_lens.data_ptr(), num_work=sched["num_work"], num_rows=sched["total_num_rows"],
+                 split=int(sched["split"]), partial_o=sched["partial_o"], partial_lse=sched["partial_lse"])
+        f.update(sched["ptrs"])
+        return f

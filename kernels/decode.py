@@ -1,0 +1,83 @@
+"""Batch decode over a paged KV cache: fa2 (optionally through the prefill kernel), an
+aiter-style route whose kernel writes no LSE, and an ll4mi-style route with its selector."""
+from __future__ import annotations
+
+import torch
+
+from . import guards
+from .prefill import BatchPrefillWithPagedKVCacheWrapper
+from ._plan import host_ints
+
+BACKENDS = ("fa2", "auto", "aiter", "ll4mi")
+
+
+class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, use_tensor_cores=False,
+                 paged_kv_indptr_buffer=None, paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
+                 backend="fa2"):
+        super(BatchPrefillWithPagedKVCacheWrapper, self).__init__(
+            float_workspace_buffer, kv_layout, use_cuda_graph,
+            dict(kv_indptr=paged_kv_indptr_buffer, indices=paged_kv_indices_buffer,
+                 last_page_len=paged_kv_last_page_len_buffer), backend, BACKENDS)
+        self._use_tensor_cores = bool(use_tensor_cores)
+        self._shadow = None
+        self._kept = None
+
+    @property
+    def use_tensor_cores(self) -> bool:
+        return self._use_tensor_cores
+
+    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+             window_left=-1, q_data_type=torch.float16, kv_data_type=None, sm_scale=None, max_kv_chunk=None,
+             **ignored):
+        kvp, last = host_ints(indptr), host_ints(last_page_len)
+        batch = len(kvp) - 1
+        d = self._dims(num_qo_heads, num_kv_heads, head_dim, head_dim, False, window_left, sm_scale,
+                       q_data_type, kv_data_type, page_size=page_size, rows=max(batch, 0))
+        # aiter's kernel has no LSE output, so its plan cannot split (there is nothing to merge).
+        self._plan_paged("plan()", list(range(batch + 1)), kvp, indices, last, d, max_kv_chunk,
+                         unsplit=self._backend == "aiter")
+        self._shadow = None
+        if self._backend == "aiter":
+            # For the lazy fa2 shadow plan at the first return_lse run. A CPU tensor's .to("cpu")
+            # is the caller's own tensor, which the caller may restage before that run.
+            self._kept = dict(indptr=guards.plan_copies_indptr(indptr), indices=guards.plan_copies_indptr(indices),
+                              last_page_len=guards.plan_copies_indptr(last_page_len), num_qo_heads=num_qo_heads,
+                              num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
+                              window_left=window_left, q_data_type=q_data_type, kv_data_type=kv_data_type,
+                              sm_scale=sm_scale, max_kv_chunk=max_kv_chunk)
+        self._route = guards.ll4mi_route_selector(head_dim, window_left) if self._backend == "ll4mi" else "fa2"
+
+    def run(self, q, paged_kv_cache, out=None, lse=None, return_lse=False, **ignored):
+        where = "run()"
+        guards.half_planned_refuses(where, self._state)
+        if self._backend == "aiter" and return_lse:
+            return self._shadow_plan().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True)
+        P = self._p
+        q, k, v, kd, vd = self._check_paged_run(where, q, paged_kv_cache, rows_field="batch_size")
+        out, lse = self._outputs(where, q, out, lse, return_lse)
+        common = dict(page_size=P["page_size"], kv_indices=self._bufs["indices"])
+        if self._backend == "aiter":
+            return self._run(where, "kernels_decode", q, k, v, kd, vd, out, None, False, lse_written=False, **common)
+        if self._backend == "ll4mi" and self._route == "ll4mi" and not return_lse:
+            # One unsplit work item per request; the kernel takes no window and writes no LSE.
+            sched = dict(self._plan_sched, split=False, num_work=len(self._p_batch()),
+                         ptrs={k_: None for k_ in self._plan_sched["ptrs"]})
+            return self._run(where, "kernels_ll4mi_decode", q, k, v, kd, vd, out, None, False, sched=sched,
+                             lse_written=False, **common)
+        entry = "kernels_prefill" if self._use_tensor_cores else "kernels_decode"
+        return self._run(where, entry, q, k, v, kd, vd, out, lse, return_lse, **common)
+
+    def _p_batch(self):
+        return range(self._p["rows"])
+
+    def _shadow_plan(self):
+        if self._shadow is None:
+            kept = self._kept
+            shadow = BatchDecodeWithPagedKVCacheWrapper(self._ws, self._kv_layout, backend="fa2")
+            shadow.plan(kept["indptr"], kept["indices"], kept["last_page_len"], kept["num_qo_heads"],
+                        kept["num_kv_heads"], kept["head_dim"], kept["page_size"], window_left=kept["window_left"],
+                        q_data_type=kept["q_data_type"], kv_data_type=kept["kv_data_type"],
+                        sm_scale=kept["sm_scale"], max_kv_chunk=kept["max_kv_chunk"])
+            self._shadow = shadow
+        return self._shadow

@@ -1,0 +1,215 @@
+"""fa2 batch prefill wrappers: paged and ragged KV, plan() then run()."""
+from __future__ import annotations
+
+import torch
+
+from . import guards
+from ._launch import check_device, dense_kv_dims, launch, paged_kv_dims, params, unpack_paged
+from ._lib import call, ptr, stream_of
+from ._plan import Planned, host_ints
+
+
+def paged_kv_lens(kv_indptr: list[int], last_page_len: list[int], page_size: int) -> list[int]:
+    out = []
+    for i, last in enumerate(last_page_len):
+        pages = kv_indptr[i + 1] - kv_indptr[i]
+        out.append((pages - 1) * page_size + last if pages > 0 else 0)
+    return out
+
+
+class _BatchRun(Planned):
+    """run() shared by the paged and ragged wrappers (and batch decode)."""
+
+    def _dims(self, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
+              q_data_type, kv_data_type, **more) -> dict:
+        return dict(num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk,
+                    head_dim_vo=head_dim_vo or head_dim_qk, causal=bool(causal), window_left=window_left,
+                    sm_scale=sm_scale, q_data_type=q_data_type, kv_data_type=kv_data_type or q_data_type, **more)
+
+    def _validate_dims(self, where, d):
+        guards.gqa_divisible(where, d["num_qo_heads"], d["num_kv_heads"])
+        guards.head_dim_supported(where, d["head_dim_qk"], d["head_dim_vo"])
+
+    def _outputs(self, where, q, out, lse, return_lse, partial_state=None):
+        P = self._p
+        rows, hq, dvo = q.shape[0], P["num_qo_heads"], P["head_dim_vo"]
+        if out is None:
+            out = torch.empty(rows, hq, dvo, dtype=P["q_data_type"], device=q.device)
+        if lse is None and return_lse:
+            lse = torch.empty(rows, hq, dtype=torch.float32, device=q.device)
+        ps_v, ps_s = partial_state if partial_state is not None else (None, None)
+        check_device(where, {"out": out, "lse": lse, "partial_state_v": ps_v, "partial_state_s": ps_s})
+        guards.out_contiguous(where, {"out": out, "lse": lse, "partial_state_v": ps_v, "partial_state_s": ps_s},
+                              {"out": (rows, hq, dvo), "lse": (rows, hq),
+                               "partial_state_v": tuple(out.shape), "partial_state_s": tuple(out.shape[:2])})
+        return out, lse
+
+    def _run(self, where, entry, q, k, v, kd, vd, out, lse, return_lse, partial_state=None, page_size=0,
+             kv_indices=None, sched=None, lse_written=True):
+        P = self._p
+        sched = sched or self._plan_sched
+        if partial_state is not None:
+            guards.partial_state_needs_lse(where, sched["split"], lse)
+            if lse is None and not sched["split"]:
+                lse = torch.empty(out.shape[0], P["num_qo_heads"], dtype=torch.float32, device=q.device)
+        p = params(q=q, k=k, v=v, kd=kd, vd=vd, o=out, lse=lse if lse_written else None,
+                   num_qo_heads=P["num_qo_heads"], num_kv_heads=P["num_kv_heads"],
+                   head_dim_qk=P["head_dim_qk"], head_dim_vo=P["head_dim_vo"], causal=P["causal"],
+                   window_left=P["window_left"], sm_scale=P["sm_scale"], q_dtype=P["q_data_type"],
+                   kv_dtype=P["kv_data_type"], o_dtype=P["q_data_type"], page_size=page_size,
+                   **self._launch_fields(sched, self._bufs["qo_indptr"], self._bufs["kv_indptr"],
+                                         kv_indices, self._bufs["kv_lens"]))
+        launch(entry, p, q)
+        if partial_state is not None:
+            v_other, s_other = partial_state
+            live = guards.merge_live_rows(sched["live_rows_ptr"])
+            call("kernels_merge_state_in_place", out.data_ptr(), ptr(lse), v_other.data_ptr(), s_other.data_ptr(),
+                 sched["total_num_rows"], live, P["num_qo_heads"], P["head_dim_vo"],
+                 _code(P["q_data_type"]), stream_of(q))
+        return (out, lse) if return_lse else out
+
+
+def _code(dtype):
+    from ._launch import code
+    return code(dtype)
+
+
+class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
+                 paged_kv_indptr_buf=None, paged_kv_indices_buf=None, paged_kv_last_page_len_buf=None,
+                 backend="fa2"):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph,
+                         dict(qo_indptr=qo_indptr_buf, kv_indptr=paged_kv_indptr_buf,
+                              indices=paged_kv_indices_buf, last_page_len=paged_kv_last_page_len_buf),
+                         backend, ("fa2", "auto"))
+
+    def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+             num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, causal=False, window_left=-1,
+             sm_scale=None, q_data_type=torch.float16, kv_data_type=None, max_kv_chunk=None):
+        qo, kvp, last = host_ints(qo_indptr), host_ints(paged_kv_indptr), host_ints(paged_kv_last_page_len)
+        d = self._dims(num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
+                       q_data_type, kv_data_type, page_size=page_size, rows=qo[-1] if qo else 0)
+        self._plan_paged("plan()", qo, kvp, paged_kv_indices, last, d, max_kv_chunk)
+
+    def _plan_paged(self, where, qo, kvp, paged_kv_indices, last, d, max_kv_chunk, unsplit=False):
+        n_idx = paged_kv_indices.numel()
+        batch, page_size = len(qo) - 1, d["page_size"]
+        need = dict(batch_size=batch, total_num_rows=d["rows"], indices=n_idx)
+
+        def validate():
+            pages = [b - a for a, b in zip(kvp, kvp[1:])]
+            guards.batch_consistent(where, {"paged_kv_indptr": (batch + 1, len(kvp)),
+                                            "paged_kv_last_page_len": (batch, len(last))},
+                                    {"qo_indptr": qo, "paged_kv_indptr": kvp},
+                                    indices_len=(kvp[-1] if kvp else 0, n_idx), last_page=(page_size, pages, last))
+            self._validate_dims(where, d)
+            self._validate_capacity(where, need)
+
+        def early_write():
+            self._state = "partial"
+            self._p = d
+            self._write_capacity(need)
+
+        guards.plan_validates_first(validate, early_write)
+        kv_lens = paged_kv_lens(kvp, last, page_size)
+        self._stage("qo_indptr", qo, "batch_size", 1)
+        self._stage("kv_indptr", kvp, "batch_size", 1)
+        self._stage("indices", host_ints(paged_kv_indices), "indices")
+        self._stage("last_page_len", last, "batch_size")
+        self._stage("kv_lens", kv_lens, "batch_size")
+        self._plan_sched = self._schedule(qo, kv_lens, d["num_qo_heads"], d["head_dim_vo"], max_kv_chunk, unsplit)
+        self._state = "ok"
+
+    def _check_paged_run(self, where, q, paged_kv_cache, rows_field="rows"):
+        P = self._p
+        k, v = unpack_paged(paged_kv_cache, where)
+        check_device(where, {"q": q, "k_cache": k, "v_cache": v})
+        t = guards.last_dim_contiguous(where, {"q": q, "k_cache": k, "v_cache": v})
+        q, k, v = t["q"], t["k_cache"], t["v_cache"]
+        kd, vd = paged_kv_dims(k, self._kv_layout), paged_kv_dims(v, self._kv_layout)
+        guards.run_matches_plan(where, [
+            ("rank", 3, q.dim(), "q"), ("rank", 4, k.dim(), "k_cache"), ("rank", 4, v.dim(), "v_cache"),
+            ("num_qo_heads", P["num_qo_heads"], q.shape[1], "q"),
+            ("head_dim_qk", P["head_dim_qk"], q.shape[-1], "q"),
+            ("head_dim_qk", P["head_dim_qk"], kd["dim"], "k_cache"),
+            ("head_dim_vo", P["head_dim_vo"], vd["dim"], "v_cache"),
+            ("num_kv_heads", P["num_kv_heads"], kd["heads"], "k_cache"),
+            ("num_kv_heads", P["num_kv_heads"], vd["heads"], "v_cache"),
+            ("page_size", P["page_size"], kd["page_size"], "k_cache"),
+            ("page_size", P["page_size"], vd["page_size"], "v_cache"),
+            ("dtype", P["q_data_type"], q.dtype, "q"),
+            ("dtype", P["kv_data_type"], k.dtype, "k_cache"),
+            ("dtype", P["kv_data_type"], v.dtype, "v_cache"),
+            (rows_field, P["rows"], q.shape[0], "q", "at_least"),
+        ])
+        return q, k, v, kd, vd
+
+    def run(self, q, paged_kv_cache, out=None, lse=None, return_lse=False, partial_state=None):
+        where = "run()"
+        guards.half_planned_refuses(where, self._state)
+        P = self._p
+        q, k, v, kd, vd = self._check_paged_run(where, q, paged_kv_cache)
+        out, lse = self._outputs(where, q, out, lse, return_lse, partial_state)
+        return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse, partial_state,
+                         page_size=P["page_size"], kv_indices=self._bufs["indices"])
+
+
+class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
+                 kv_indptr_buf=None, backend="fa2"):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph,
+                         dict(qo_indptr=qo_indptr_buf, kv_indptr=kv_indptr_buf), backend, ("fa2", "auto"))
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
+             causal=False, window_left=-1, sm_scale=None, q_data_type=torch.float16, kv_data_type=None,
+             max_kv_chunk=None):
+        where = "plan()"
+        qo, kvi = host_ints(qo_indptr), host_ints(kv_indptr)
+        batch = len(qo) - 1
+        d = self._dims(num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
+                       q_data_type, kv_data_type, rows=qo[-1] if qo else 0, kv_rows=kvi[-1] if kvi else 0)
+        need = dict(batch_size=batch, total_num_rows=d["rows"])
+
+        def validate():
+            guards.batch_consistent(where, {"kv_indptr": (batch + 1, len(kvi))}, {"qo_indptr": qo, "kv_indptr": kvi})
+            self._validate_dims(where, d)
+            self._validate_capacity(where, need)
+
+        def early_write():
+            self._state = "partial"
+            self._p = d
+            self._write_capacity(need)
+
+        guards.plan_validates_first(validate, early_write)
+        kv_lens = [b - a for a, b in zip(kvi, kvi[1:])]
+        self._stage("qo_indptr", qo, "batch_size", 1)
+        self._stage("kv_indptr", kvi, "batch_size", 1)
+        self._stage("kv_lens", kv_lens, "batch_size")
+        self._plan_sched = self._schedule(qo, kv_lens, d["num_qo_heads"], d["head_dim_vo"], max_kv_chunk)
+        self._state = "ok"
+
+    def run(self, q, k, v, out=None, lse=None, return_lse=False):
+        where = "run()"
+        guards.half_planned_refuses(where, self._state)
+        P = self._p
+        check_device(where, {"q": q, "k": k, "v": v})
+        t = guards.last_dim_contiguous(where, {"q": q, "k": k, "v": v})
+        q, k, v = t["q"], t["k"], t["v"]
+        kd, vd = dense_kv_dims(k, self._kv_layout), dense_kv_dims(v, self._kv_layout)
+        guards.run_matches_plan(where, [
+            ("rank", 3, q.dim(), "q"), ("rank", 3, k.dim(), "k"), ("rank", 3, v.dim(), "v"),
+            ("num_qo_heads", P["num_qo_heads"], q.shape[1], "q"),
+            ("head_dim_qk", P["head_dim_qk"], q.shape[-1], "q"),
+            ("head_dim_qk", P["head_dim_qk"], kd["dim"], "k"),
+            ("head_dim_vo", P["head_dim_vo"], vd["dim"], "v"),
+            ("num_kv_heads", P["num_kv_heads"], kd["heads"], "k"),
+            ("num_kv_heads", P["num_kv_heads"], vd["heads"], "v"),
+            ("dtype", P["q_data_type"], q.dtype, "q"),
+            ("dtype", P["kv_data_type"], k.dtype, "k"),
+            ("dtype", P["kv_data_type"], v.dtype, "v"),
+            ("rows", P["rows"], q.shape[0], "q", "at_least"),
+            ("kv_rows", P["kv_rows"], kd["len"], "k", "at_least"),
+            ("kv_rows", P["kv_rows"], vd["len"], "v", "at_least"),
+        ])
+        out, lse = self._outputs(where, q, out, lse, return_lse)
+        return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse)
