@@ -150,46 +150,60 @@ def _diff(old: dict, new: dict) -> str:
 
 # ---- trials in a subprocess ------------------------------------------------------------------
 
-STEP_SOURCE = r'''
-import json, sys
-from harness.case import Case
-from harness.execute import execute_case
-from harness.targets import load_target
-case = Case.from_json(json.load(open(sys.argv[1])))
-result = execute_case(case, load_target(sys.argv[2]))
-print("SHRINK-RESULT " + json.dumps({"outcome": result.outcome, "passed": result.passed}), flush=True)
-'''
+def trial_command(case_id: str, case_file: Path, target: str = "bundled",
+                  disable_guards: str | None = None, python: str = "python") -> list[str]:
+    """`repro` on a JSON case file: the same command a person re-runs by hand."""
+    cmd = [python, "-m", "harness", "repro", case_id, "--case-json", str(case_file)]
+    if target != "bundled":
+        cmd += ["--target", target]
+    if disable_guards:
+        cmd += ["--disable-guards", disable_guards]
+    return cmd
+
+
+def _row_from(stdout: str) -> dict | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and "outcome" in row:
+                return row
+    return None
 
 
 def subprocess_step(target: str = "bundled", disable_guards: str | None = None,
                     timeout: float = 300.0, python: str = sys.executable,
                     workdir: str | None = None) -> Step:
-    """A step running each trial in a fresh interpreter: a signal is `crash`, a timeout `hang`."""
+    """A step running each trial through `repro --json` in a fresh process.
+
+    A signal is `crash`, a timeout `hang`; repro's unknown-case (4) and
+    build-failure (5) exits, and a Python error (params the harness refuses),
+    make the trial invalid.
+    """
     import tempfile
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    if disable_guards:
-        env["KERNELS_DISABLE_GUARDS"] = disable_guards
     tmp = Path(workdir or tempfile.mkdtemp(prefix="harness-shrink-"))
 
     def step(case: Case):
         path = tmp / "trial.json"
         path.write_text(json.dumps(case.to_json()))
+        cmd = trial_command(case.id, path, target, disable_guards, python) + ["--json"]
         try:
-            proc = subprocess.run([python, "-c", STEP_SOURCE, str(path), target], cwd=ROOT,
-                                  env=env, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
         except subprocess.TimeoutExpired:
             return "hang", False
         if proc.returncode < 0:
             return "crash", False
-        for line in proc.stdout.splitlines():
-            if line.startswith("SHRINK-RESULT "):
-                data = json.loads(line[len("SHRINK-RESULT "):])
-                return data["outcome"], bool(data["passed"])
-        if proc.returncode == 0:
+        row = _row_from(proc.stdout)
+        if row is not None:
+            return row["outcome"], bool(row["pass"])
+        if proc.returncode in (0, 4, 5) or "Traceback" in proc.stderr:
             return None
-        # A Python exception is a bad trial (params the harness refuses), but an abort or a
-        # fault the interpreter reports as an exit code is the library dying: a crash.
-        return None if "Traceback" in proc.stderr else ("crash", False)
+        # An abort or fault the interpreter reports as an exit code is the library dying.
+        return "crash", False
     return step
 
 
@@ -215,12 +229,8 @@ def write_case_file(case: Case, out_dir: Path) -> Path:
 
 def repro_command(case: Case, case_file: Path, target: str = "bundled",
                   disable_guards: str | None = None) -> str:
-    parts = ["python -m harness repro", f"'{case.id}'", f"--case-json '{case_file}'"]
-    if target != "bundled":
-        parts.append(f"--target {target}")
-    if disable_guards:
-        parts.append(f"--disable-guards {disable_guards}")
-    return " ".join(parts)
+    import shlex
+    return shlex.join(trial_command(case.id, case_file, target, disable_guards))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,6 @@
 """The shrinker with a fake step: no library, no subprocess."""
 import json
+import sys
 
 import pytest
 
@@ -68,3 +69,20 @@ def test_case_file_round_trips(tmp_path):
     path = write_case_file(small, tmp_path)
     assert json.loads(path.read_text())[0]["variant"] == small.variant
     assert load_case_json(str(path)) == small
+
+
+@pytest.mark.parametrize("body, expected", [
+    ('print(json.dumps({"outcome": "wrong", "pass": False})); sys.exit(1)', ("wrong", False)),
+    ('print(json.dumps({"outcome": "match", "pass": True}))', ("match", True)),
+    ("os.kill(os.getpid(), signal.SIGSEGV)", ("crash", False)),
+    ("sys.exit(5)", None),
+    ('raise ValueError("params[head_dim]")', None),
+])
+def test_subprocess_step_maps_repro_results(tmp_path, body, expected):
+    from harness.shrink import subprocess_step
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!{sys.executable}\nimport json, os, signal, sys\n"
+                    f"assert sys.argv[1:4] == ['-m', 'harness', 'repro']\n{body}\n")
+    fake.chmod(0o755)
+    step = subprocess_step(python=str(fake), workdir=str(tmp_path), timeout=30)
+    assert step(case()) == expected
