@@ -1,0 +1,47 @@
+"""small_head: head sizes below the ll4mi kernel's minimum, and sliding windows (seed 000).
+
+The ll4mi-style decode kernel walks VHELOOP = head_size / 16 / NWARPS slices
+of 16 value dims per warp; with 4 warps that is 0 for head_size 32 and 48, so
+the softmax x V loop never runs and the output is whatever the buffer held.
+It also has no sliding window. Its route selector must send both to the fa2
+fallback; every case here must match. The harness poisons every output
+buffer with NaN, so an unwritten output is `wrong` even where the memory
+would have held zeros.
+
+return_lse is off: the ll4mi kernel writes no LSE, so an LSE run never
+reaches it. fa2.batch_decode runs the same cases as a control: it has no
+selector and must match everywhere.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case
+
+FAMILY = "small_head"
+OPS = ("batch_decode",)
+ROUTES = ("ll4mi.batch_decode", "fa2.batch_decode")
+
+HEAD_SIZES = (32, 48, 64, 128)
+# None: no window. 15: the last 16 tokens, shorter than every request below.
+WINDOWS = (None, 15)
+
+# Three decode requests, lengths not a multiple of the page size, all longer
+# than the window; GQA 8 over 2 so the head mapping is exercised too.
+_BASE = {"dtype": "bf16", "num_qo_heads": 8, "num_kv_heads": 2, "qo_lens": [1, 1, 1],
+         "kv_lens": [37, 70, 23], "causal": False, "return_lse": False,
+         "page_size": 16, "layout": "NHD", "cache_form": "tuple"}
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        if route not in ROUTES:
+            continue
+        for head_size in HEAD_SIZES:
+            for window in WINDOWS:
+                params = {**_BASE, "head_dim": head_size,
+                          "window_left": -1 if window is None else window}
+                variant = f"d{head_size}" + ("" if window is None else f"_window{window}")
+                tag = f"bf16-d{head_size}-h8x2-p16"
+                yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                           expect="match", tag=tag)
