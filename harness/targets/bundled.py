@@ -26,11 +26,14 @@ Adapter-only params (harness/problem.py passes them through untouched):
   max_kv_chunk    plan(max_kv_chunk=): split KV ranges longer than this (split-KV + merge)
   use_cuda_graph  construct the wrapper in CUDA-graph mode with caller-owned index buffers
   workspace_bytes size of the plan workspace (default 32 MiB)
+  partial_state   paged prefill only: pass run(partial_state=(v, s)) holding an empty state
+                  (v = 0, s = -inf), so the merge it triggers must leave the answer unchanged
   merge           merge_state only: "out_of_place" (merge_state) | "in_place"
   num_decodes     mixed_batch only: the first num_decodes requests are decodes (qo_len 1)
   strided         the one tensor to pass as an adversarial view: a float tensor by its
                   argument name ("q", "k", "v", "k_cache", "v_cache", "kv_cache", "out",
-                  "lse", "partial_state") gets stride(-1) == 2 with NaN in the skipped slots;
+                  "lse", "partial_state_v", "partial_state_s", merge's "v_a", "s_b", ...) gets
+                  stride(-1) == 2 with NaN in the skipped slots;
                   "q_heads" is a head-sliced q (rows strided, last dim packed); an index
                   tensor ("qo_indptr", "kv_indptr", "kv_indices", "last_page_len",
                   "query_start_loc", "seq_lens", "block_table") is made non-contiguous
@@ -96,11 +99,19 @@ class Call:
         self.buffers.stage(stage)
 
     def result(self, out, lse, rows: int | None = None) -> dict:
+        """The first `rows` rows; rows a short run never produced read NaN."""
         rows = out.shape[0] if rows is None else rows
-        res = {"o": out[:rows]}
+        res = {"o": _rows(out, rows)}
         if self.problem.return_lse:
-            res["lse"] = lse[:rows]
+            res["lse"] = _rows(lse, rows)
         return res
+
+
+def _rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    if t.shape[0] >= rows:
+        return t[:rows]
+    pad = torch.full((rows - t.shape[0], *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
+    return torch.cat([t, pad])
 
 
 # ------------------------------------------------------------------ single routes
@@ -163,20 +174,35 @@ def _cache(c: Call, paged):
     return (c.views.input("k_cache", cache[0]), c.views.input("v_cache", cache[1]))
 
 
-def _graph_buffers(c: Call, idx: dict, qo_indptr=None) -> dict:
-    """Caller-owned capacity buffers of a CUDA-graph-mode wrapper, sized to this batch."""
+def _graph_buffers(c: Call, idx: dict, names: tuple) -> dict:
+    """Caller-owned capacity buffers of a CUDA-graph-mode wrapper, sized to this batch.
+
+    names: the wrapper's keyword names for (qo_indptr, kv_indptr, kv_indices, last_page_len)
+    buffers, None where it takes none.
+    """
     if not c.params.get("use_cuda_graph"):
         return {}
     b = c.problem.batch_size
-    bufs = {
-        "paged_kv_indptr_buf": torch.empty(b + 1, dtype=torch.int32, device=c.device),
-        "paged_kv_indices_buf": torch.empty(max(1, idx["kv_indices"].numel()),
-                                            dtype=torch.int32, device=c.device),
-        "paged_kv_last_page_len_buf": torch.empty(b, dtype=torch.int32, device=c.device),
-    }
-    if qo_indptr is not None:
-        bufs["qo_indptr_buf"] = torch.empty(b + 1, dtype=torch.int32, device=c.device)
-    return bufs
+    sizes = (b + 1, b + 1, max(1, len(idx.get("kv_indices", ()))), b)
+    return {name: torch.empty(n, dtype=torch.int32, device=c.device)
+            for name, n in zip(names, sizes) if name}
+
+
+PAGED_PREFILL_BUFS = ("qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_buf",
+                      "paged_kv_last_page_len_buf")
+RAGGED_BUFS = ("qo_indptr_buf", "kv_indptr_buf", None, None)
+DECODE_BUFS = (None, "paged_kv_indptr_buffer", "paged_kv_indices_buffer",
+               "paged_kv_last_page_len_buffer")
+
+
+def _partial_state(c: Call, rows: int):
+    """An empty attention state (v = 0, s = -inf) for run(partial_state=): merging it is a no-op."""
+    if not c.params.get("partial_state"):
+        return None
+    p = c.problem
+    v = torch.zeros(rows, p.num_qo_heads, p.head_dim_vo, dtype=p.dtype, device=c.device)
+    s = torch.full((rows, p.num_qo_heads), float("-inf"), dtype=torch.float32, device=c.device)
+    return c.views.input("partial_state_v", v), c.views.input("partial_state_s", s)
 
 
 def paged_prefill(c: Call) -> dict:
@@ -185,13 +211,14 @@ def paged_prefill(c: Call) -> dict:
     qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
     wrapper = k_.BatchPrefillWithPagedKVCacheWrapper(
         c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
-        **_graph_buffers(c, idx, qo_indptr))
+        **_graph_buffers(c, {**idx, "kv_indices": paged.indices}, PAGED_PREFILL_BUFS))
     q = c.problem.q_packed()
     cache = _cache(c, paged)
     q, cache = perturb(c, q, cache)
     q = c.views.input("q", q)
     out_rows, rows = planned_rows(c)
     out, lse = c.out(out_rows), c.lse(out_rows)
+    partial = _partial_state(c, out_rows)
     c.ready("plan")
     wrapper.plan(qo_indptr, idx["kv_indptr"], idx["kv_indices"], idx["last_page_len"],
                  p.num_qo_heads, p.num_kv_heads, p.head_dim, paged.page_size,
@@ -199,7 +226,8 @@ def paged_prefill(c: Call) -> dict:
                  sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
                  max_kv_chunk=c.params.get("max_kv_chunk"))
     c.buffers.stage("run")
-    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse)
+    run_kw = {"partial_state": partial} if partial is not None else {}
+    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse, **run_kw)
     return c.result(out, lse, rows)
 
 
@@ -209,7 +237,9 @@ def ragged_prefill(c: Call) -> dict:
         raise Skip("ragged k/v are token-major (NHD) only")
     qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
     kv_indptr = c.views.index("kv_indptr", p.kv_indptr.tolist(), "cpu")
-    wrapper = k_.BatchPrefillWithRaggedKVCacheWrapper(c.workspace(), kv_layout="NHD")
+    wrapper = k_.BatchPrefillWithRaggedKVCacheWrapper(
+        c.workspace(), kv_layout="NHD", use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+        **_graph_buffers(c, {}, RAGGED_BUFS))
     q, k, v = p.q_packed(), p.k_packed(), p.v_packed()
     q, k, v = perturb_ragged(c, q, k, v)
     q, k, v = c.views.input("q", q), c.views.input("k", k), c.views.input("v", v)
@@ -234,7 +264,7 @@ def decode_wrapper(c: Call, idx: dict):
     return _kernels().BatchDecodeWithPagedKVCacheWrapper(
         c.workspace(), kv_layout=c.layout,
         use_cuda_graph=bool(c.params.get("use_cuda_graph")),
-        use_tensor_cores=tensor_cores, backend=backend, **_graph_buffers(c, idx))
+        use_tensor_cores=tensor_cores, backend=backend, **_graph_buffers(c, idx, DECODE_BUFS))
 
 
 def batch_decode(c: Call) -> dict:
@@ -246,7 +276,7 @@ def batch_decode(c: Call) -> dict:
     if p.causal:
         raise Skip("batch decode has no causal flag (one query token sees its whole KV)")
     paged, idx = _paged_inputs(c)
-    wrapper = decode_wrapper(c, idx)
+    wrapper = decode_wrapper(c, {**idx, "kv_indices": paged.indices})
     q = p.q_packed()
     cache = _cache(c, paged)
     q, cache = perturb(c, q, cache)

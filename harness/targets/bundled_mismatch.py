@@ -12,10 +12,9 @@ Fields (params["mismatch"] = {"field": f, "value": n}):
   head_dim_vo    v (v_cache, ragged v) with last dim n
   page_size      the same pool viewed as pages of n tokens
   rank           q flattened to [rows, heads * head_dim]
-  q_rows         q with n rows; out keeps the planned rows. n below the plan
-                 must be refused; above it is the padding CUDA-graph callers
-                 use, allowed up to capacity: out then has n rows too and
-                 the first planned rows are compared
+  q_rows         q and out with n rows. n below the plan must be refused;
+                 above it is the padding CUDA-graph callers use, allowed up
+                 to capacity: the first planned rows are compared
   kv_rows        ragged k and v with n rows
   dtype          q cast to n ("fp16" | "bf16" | "fp32")
 """
@@ -60,10 +59,10 @@ def _q(c, q: torch.Tensor, field, n):
 
 
 def planned_rows(c):
-    """(rows out must have, rows to compare) after a q_rows mismatch."""
+    """(rows out has, rows to compare): out follows q's rows, as a caller's would."""
     field, n = _field(c)
     planned = sum(c.problem.qo_lens)
-    if field == "q_rows" and n > planned:
+    if field == "q_rows":
         return n, planned
     return planned, planned
 
