@@ -109,18 +109,13 @@ def _project_copy(dest: Path) -> Path:
 
 def _strided_case():
     """A strided-q case on a cheap route: the last_dim_contiguous guard is what makes it pass."""
-    from cases import family_names, generate
-    if "strided" not in family_names():
-        pytest.skip("cases/strided.py has not landed yet")
-    for case in generate(["strided"]):
-        if case.route == "fa2.single_prefill" and case.variant.startswith("q_"):
-            return case.id
-    pytest.skip("no strided fa2.single_prefill case on q yet")
+    from cases import generate
+    ids = [c.id for c in generate(["strided"])
+           if c.route == "fa2.single_prefill" and c.variant.startswith("q_")]
+    assert ids, "cases/strided.py yields no fa2.single_prefill case strided on q"
+    return ids[0]
 
 
-@pytest.mark.skipif(not GUARDS.exists(), reason="kernels/guards.py has not landed yet")
-@pytest.mark.skipif(not (ROOT / "harness" / "__main__.py").exists(),
-                    reason="python -m harness (repro) has not landed yet")
 def test_bisect_finds_commit_that_disables_a_guard(tmp_path):
     case_id = _strided_case()
     repo = _project_copy(tmp_path / "project")
