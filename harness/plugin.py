@@ -268,6 +268,7 @@ def _context(run: Run, target) -> dict:
             "arch": arch, "platform": _safe(target.platform), "target": target.name,
             "target_version": _safe(target.version), "library_commit": _safe(target.commit),
             "build_hash": _safe(target.build_id),
+            "disable_guards": os.environ.get("KERNELS_DISABLE_GUARDS", ""),
         }
     return run.context
 
@@ -457,7 +458,7 @@ def _crash_row(run: Run, report) -> None:
     stage = death.stage if death.case_id == case.id else ""
     if death.kind == "hang":
         timeout = death.timeout_s or run.timeout_for(case)
-        verdict = classify.hang_verdict(case, timeout, stage)
+        verdict = classify.hang_verdict(case, round(timeout, 1), stage)
     else:
         verdict = classify.crash_verdict(case, death.cause, stage)
     context = death.context or _any_context(run)
@@ -477,7 +478,8 @@ def _crash_row(run: Run, report) -> None:
 
 
 def _any_context(run: Run) -> dict:
-    keys = ("arch", "platform", "target", "target_version", "library_commit", "build_hash")
+    keys = ("arch", "platform", "target", "target_version", "library_commit", "build_hash",
+            "disable_guards")
     for worker_file in Path(run.state_dir).glob("*.json"):
         try:
             ctx = json.loads(worker_file.read_text()).get("context")

@@ -18,7 +18,7 @@ COLUMNS = (
     "library_commit", "build_hash", "route", "family", "case_id", "params",
     "expect", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
     "first_bad_index", "message", "error_type", "stage", "duration_s",
-    "reruns", "flaky", "isolation", "worker",
+    "reruns", "flaky", "isolation", "worker", "disable_guards",
 )
 ISOLATION = ("", "culprit", "victim", "alone")
 
@@ -56,7 +56,7 @@ def normalize_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if out["isolation"] not in ISOLATION:
         raise ValueError(f"row isolation must be one of {ISOLATION}, got {out['isolation']!r}")
     for col, default in (("reruns", 0), ("flaky", False), ("message", ""), ("stage", ""),
-                         ("error_type", ""), ("worker", "")):
+                         ("error_type", ""), ("worker", ""), ("disable_guards", "")):
         if out[col] is None:
             out[col] = default
     return out

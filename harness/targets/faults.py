@@ -13,6 +13,7 @@ endless loop inside a kernel); otherwise pure-Python equivalents.
                                               directory, right afterwards
   poison  leaves state behind         victim  SIGSEGV only after a `poison` case
   sticky  right answer, then the device health probe fails (worker retires)
+  slow    right answer after sleeping $FAULTS_SLOW_S seconds (0 when unset)
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from harness.case import Case
 from harness.targets.base import Target
 
 FAULTS = ("none", "wrong", "sigfpe", "segv", "abort", "exit3", "hang", "flaky",
-          "poison", "victim", "sticky")
+          "poison", "victim", "sticky", "slow")
 ROUTES = ("faults.single_prefill",)
 
 # Left behind by a `poison` case; read by a `victim` case in the same process.
@@ -103,6 +104,8 @@ class FaultsTarget(Target):
             if not marker.exists():
                 marker.write_text("1")
                 return {"o": right + 1}
+        elif fault == "slow":
+            time.sleep(float(os.environ.get("FAULTS_SLOW_S", "0")))
         elif fault == "sticky":
             from harness import isolation
             isolation._FORCED_UNHEALTHY[:] = [f"injected sticky device error after {case.id}"]

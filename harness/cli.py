@@ -1,0 +1,358 @@
+"""`python -m harness list | check | repro | report | compare | bisect | shrink`.
+
+`check` runs the same pytest session as `pytest cases/ -n auto --reruns 2`
+(in a child process, so the plugin's controller owns the run exactly as it
+does under plain pytest), then reads the table it wrote and summarizes it.
+
+Exit codes (stable: bisect and CI read them):
+  check   0 every row passes (after the ledger); 1 a row fails, the ledger has
+          errors, or rows are missing; otherwise pytest's own code (2
+          interrupted, 4 usage error)
+  repro   0 pass, 1 fail, 4 unknown case id, 5 library build failure
+  list    0, or 4 when the selection is empty
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXIT_PASS, EXIT_FAIL, EXIT_UNKNOWN_CASE, EXIT_BUILD = 0, 1, 4, 5
+
+
+def _csv(value):
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="bundled", help="library under test [bundled]")
+    p.add_argument("--family", default=None, help="families, comma-separated [all]")
+    p.add_argument("--route", default=None, help="routes, comma-separated [all]")
+    p.add_argument("--case-id", default=None, help="only ids containing this substring")
+    p.add_argument("--cases-file", default=None, help="a JSON list of cases instead of families")
+
+
+def _select(args):
+    from harness.plugin import select_cases
+    return select_cases(args.target, _csv(args.family), _csv(args.route), args.case_id,
+                        args.cases_file)
+
+
+# ------------------------------------------------------------------ list
+
+def cmd_list(args) -> int:
+    cases = _select(args)
+    for case in cases:
+        print(case.id)
+    print(f"{len(cases)} cases", file=sys.stderr)
+    return 0 if cases else 4
+
+
+# ------------------------------------------------------------------ check
+
+def pytest_command(args, results: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider",
+           "-q", "--no-header", "-rN", "--target", args.target, "--results", str(results)]
+    if args.n not in (None, "0"):
+        cmd += ["-n", str(args.n)]
+    reruns = args.reruns if args.reruns is not None else (0 if args.disable_guards else 2)
+    if reruns:
+        cmd += ["--reruns", str(reruns)]
+    for opt in ("family", "route", "case_id", "cases_file", "disable_guards", "case_timeout",
+                "run_id"):
+        value = getattr(args, opt, None)
+        if value is not None:
+            cmd += ["--" + opt.replace("_", "-"), str(value)]
+    if args.resume:
+        cmd.append("--resume")
+    return cmd + list(args.pytest_args or [])
+
+
+def _fmt_diff(v) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return ""
+    return "" if v != v else f"{v:.3g}"
+
+
+def _fmt_wrong(row) -> str:
+    n_wrong, n_total = row.get("n_wrong"), row.get("n_total")
+    if n_total is None or n_total != n_total:
+        return ""
+    return f"{int(n_wrong or 0)}/{int(n_total)}"
+
+
+def _md_cell(text) -> str:
+    return str("" if text is None else text).replace("|", "\\|").replace("\n", " ")
+
+
+def before_after_table(df, failing_only: bool = True, max_message: int = 120) -> str:
+    """Markdown in the style of a PR's "Before this PR" table.
+
+    One line per (route, case): outcome, max |diff|, wrong/total and the
+    message, failing rows first (all of them when failing_only is False).
+    """
+    if failing_only:
+        df = df[~df["pass"].astype(bool)]
+    if not len(df):
+        return "_No failing rows._\n"
+    df = df.sort_values(["route", "case_id"])
+    lines = ["| Route | Case | Result | max \\|diff\\| | wrong/total | Message |",
+             "|---|---|---|---|---|---|"]
+    for _, row in df.iterrows():
+        case = str(row["case_id"]).split("/", 1)[-1]
+        msg = str(row.get("message") or "")
+        if len(msg) > max_message:
+            msg = msg[:max_message - 1] + "…"
+        lines.append(f"| {_md_cell(row['route'])} | {_md_cell(case)} | {_md_cell(row['outcome'])} "
+                     f"| {_fmt_diff(row.get('max_abs_diff'))} | {_fmt_wrong(row)} | {_md_cell(msg)} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_text(df, wall_s: float | None = None, max_failures: int = 200) -> str:
+    import pandas as pd
+
+    out = []
+    if len(df):
+        counts = pd.crosstab(df["route"], df["outcome"], margins=True, margins_name="total")
+        out.append(counts.to_string())
+    failing = df[~df["pass"].astype(bool)] if len(df) else df
+    if len(failing):
+        out.append(f"\n{len(failing)} failing row(s):")
+        for _, row in failing.head(max_failures).iterrows():
+            bits = [str(row["outcome"])]
+            if _fmt_diff(row.get("max_abs_diff")):
+                bits.append(f"max|diff| {_fmt_diff(row.get('max_abs_diff'))}")
+            if _fmt_wrong(row):
+                bits.append(f"wrong {_fmt_wrong(row)}")
+            if row.get("isolation"):
+                bits.append(str(row["isolation"]))
+            msg = str(row.get("message") or "")[:200]
+            out.append(f"  {row['case_id']}: {', '.join(bits)}" + (f": {msg}" if msg else ""))
+        if len(failing) > max_failures:
+            out.append(f"  ... and {len(failing) - max_failures} more")
+    flaky = df[df["flaky"].astype(bool)] if len(df) else df
+    if len(flaky):
+        out.append(f"\n{len(flaky)} flaky row(s) (passed after a rerun): "
+                   + ", ".join(flaky["case_id"].head(20)))
+    tail = f"\n{len(df)} cases, {len(failing)} failing"
+    if wall_s is not None:
+        tail += f", wall time {wall_s:.1f} s"
+    out.append(tail)
+    return "\n".join(out)
+
+
+def apply_ledgers(df, path=None):
+    """The ledger per arch, when the ledger module exists; (df, errors)."""
+    try:
+        from harness.ledger import apply_ledger
+    except ImportError:
+        return df, []
+    import pandas as pd
+
+    parts, errors = [], []
+    for arch, part in df.groupby(df["arch"].astype(str), sort=False):
+        part, errs = apply_ledger(part, arch, path)
+        parts.append(part)
+        errors += errs
+    return (pd.concat(parts).sort_index() if parts else df), errors
+
+
+def cmd_check(args) -> int:
+    from harness import table
+    from harness.plugin import default_results_path
+
+    results = Path(args.results) if args.results else default_results_path()
+    cmd = pytest_command(args, results)
+    start = time.perf_counter()
+    env = dict(os.environ)
+    env.setdefault("PYTHONPATH", str(ROOT))
+    rc = subprocess.call(cmd, cwd=ROOT, env=env)
+    wall = time.perf_counter() - start
+    if not results.exists():
+        print(f"check: no results table at {results} (pytest exit {rc})", file=sys.stderr)
+        return rc or EXIT_FAIL
+    df = table.load_table(results)
+    if not args.results and len(df):
+        table.copy_latest(results, str(df["arch"].iloc[-1]))
+    df, ledger_errors = apply_ledgers(df, args.ledger)
+    print()
+    print(summary_text(df, wall))
+    if args.disable_guards:
+        print(f"\nWith guards disabled ({args.disable_guards}):\n")
+        print(before_after_table(df))
+    for err in ledger_errors:
+        print(f"ledger: {err}", file=sys.stderr)
+    print(f"results: {results}")
+    if rc not in (0, 1):
+        return rc
+    try:
+        expected = {c.id for c in _select(args)}
+    except Exception:
+        expected = set()
+    missing = expected - set(df["case_id"])
+    if missing:
+        print(f"check: {len(missing)} case(s) have no row, e.g. {sorted(missing)[:3]}",
+              file=sys.stderr)
+        return EXIT_FAIL
+    failing = int((~df["pass"].astype(bool)).sum()) if len(df) else 0
+    return EXIT_FAIL if failing or ledger_errors else EXIT_PASS
+
+
+# ------------------------------------------------------------------ repro
+
+def _load_case_json(path: str):
+    from harness.case import Case
+    data = json.loads(Path(path).read_text())
+    return [Case.from_json(d) for d in (data if isinstance(data, list) else [data])]
+
+
+def closest_ids(case_id: str, ids, n: int = 5) -> list[str]:
+    close = difflib.get_close_matches(case_id, ids, n=n, cutoff=0.4)
+    if not close:
+        close = [i for i in ids if case_id in i][:n]
+    return close
+
+
+def _is_build_error(error: BaseException) -> bool:
+    return any(t.__name__ == "BuildError" for t in type(error).__mro__)
+
+
+def cmd_repro(args) -> int:
+    import faulthandler
+
+    faulthandler.enable()
+    if args.disable_guards:
+        os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
+    case_file = args.case_json or args.cases_file
+    try:
+        cases = _load_case_json(case_file) if case_file else _select(
+            argparse.Namespace(target=args.target, family=None, route=None, case_id=None,
+                               cases_file=None))
+    except Exception as e:
+        if _is_build_error(e):
+            print(f"repro: library build failed: {e}", file=sys.stderr)
+            return EXIT_BUILD
+        raise
+    by_id = {c.id: c for c in cases}
+    case = by_id.get(args.case_id)
+    if case is None:
+        print(f"repro: unknown case id {args.case_id!r}", file=sys.stderr)
+        close = closest_ids(args.case_id, list(by_id))
+        if close:
+            print("closest ids:", file=sys.stderr)
+            for cid in close:
+                print(f"  {cid}", file=sys.stderr)
+        return EXIT_UNKNOWN_CASE
+    from harness.execute import execute_case
+    from harness.plugin import case_row
+    from harness.targets import load_target
+
+    try:
+        target = load_target(args.target)
+        result = execute_case(case, target, on_stage=(
+            (lambda s: print(f"stage: {s}", file=sys.stderr, flush=True)) if args.verbose else None))
+    except Exception as e:
+        if _is_build_error(e):
+            print(f"repro: library build failed: {e}", file=sys.stderr)
+            return EXIT_BUILD
+        raise
+    row = case_row(case, result, target=target.name,
+                   disable_guards=os.environ.get("KERNELS_DISABLE_GUARDS", ""))
+    if args.json:
+        print(json.dumps(row, allow_nan=True, default=str))
+    else:
+        width = max(len(k) for k in row)
+        for key, value in row.items():
+            print(f"{key:<{width}}  {value}")
+    return EXIT_PASS if row["pass"] else EXIT_FAIL
+
+
+# ------------------------------------------------------------------ plug-ins
+
+def _lazy(module: str, add: str, main: str):
+    """A subcommand whose module is imported only when it runs (or is asked for help)."""
+    def add_arguments(p):
+        try:
+            mod = __import__(module, fromlist=[add])
+        except ImportError as e:
+            p.set_defaults(_missing=f"{module} is not available ({e})")
+            p.add_argument("rest", nargs=argparse.REMAINDER)
+            return
+        getattr(mod, add)(p)
+        p.set_defaults(_lazy_main=(module, main))
+    return add_arguments
+
+
+SUBCOMMANDS = {
+    "report": ("reports.cli", "add_report_arguments", "report_main",
+               "HTML and Markdown report from results tables"),
+    "compare": ("reports.cli", "add_compare_arguments", "compare_main",
+                "base-vs-head or arch-vs-arch comparison of tables"),
+    "bisect": ("harness.bisect", "add_arguments", "main", "the commit that changed a case"),
+    "shrink": ("harness.shrink", "add_arguments", "main", "the smallest case that still fails"),
+}
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m harness",
+                                 description="Differential correctness harness for attention kernels")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="case ids, one per line")
+    _add_selection(p)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("check", help="run the case matrix under pytest-xdist and summarize")
+    _add_selection(p)
+    p.add_argument("--disable-guards", default=None, help="all|name,name (test use)")
+    p.add_argument("--resume", action="store_true", help="continue a run; skip cases with rows")
+    p.add_argument("-n", default="auto", help="xdist workers [auto]; 0 runs in this process")
+    p.add_argument("--reruns", type=int, default=None,
+                   help="reruns of a failing case [2; 0 with --disable-guards]")
+    p.add_argument("--results", default=None, help="table path [results/<arch>-<commit>.jsonl]")
+    p.add_argument("--case-timeout", type=float, default=None, help="seconds before a hang")
+    p.add_argument("--run-id", default=None)
+    p.add_argument("--ledger", default=None, help="known-failures ledger [cases/known_failures.json]")
+    p.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("repro", help="run one case in this process and print its row")
+    p.add_argument("case_id")
+    p.add_argument("--target", default="bundled")
+    p.add_argument("--disable-guards", default=None)
+    p.add_argument("--case-json", default=None, help="a JSON case file (from shrink)")
+    p.add_argument("--cases-file", default=None, help="a JSON list of cases")
+    p.add_argument("--json", action="store_true", help="print the row as one JSON line")
+    p.add_argument("-v", "--verbose", action="store_true", help="print each stage")
+    p.set_defaults(func=cmd_repro)
+
+    # Only the subcommand being run imports its module: a broken or missing
+    # reports/bisect module costs that subcommand, never the whole CLI.
+    wanted = next((a for a in (argv or []) if not a.startswith("-")), None)
+    for name, (module, add, main, help_) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_, add_help=(name == wanted))
+        if name == wanted:
+            _lazy(module, add, main)(p)
+        else:
+            p.add_argument("rest", nargs=argparse.REMAINDER)
+    return ap
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    if getattr(args, "_missing", None):
+        print(f"{args.command}: {args._missing}", file=sys.stderr)
+        return 2
+    if getattr(args, "_lazy_main", None):
+        module, main_name = args._lazy_main
+        return int(getattr(__import__(module, fromlist=[main_name]), main_name)(args) or 0)
+    return int(args.func(args) or 0)

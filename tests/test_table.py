@@ -1,0 +1,86 @@
+import json
+import math
+import multiprocessing as mp
+
+import pytest
+
+from harness import table
+
+
+def _row(case_id="fa2.single_prefill/valid.x/fp16", **kw):
+    row = {"run_id": "r1", "case_id": case_id, "route": case_id.split("/")[0], "family": "valid",
+           "params": {"head_dim": 64}, "expect": "match", "outcome": "match", "pass": True,
+           "max_abs_diff": 0.001, "arch": "cpu-x86_64"}
+    row.update(kw)
+    return row
+
+
+def test_round_trip_keeps_every_column_nan_and_inf(tmp_path):
+    path = tmp_path / "t.jsonl"
+    table.append_row(path, _row(max_abs_diff=float("nan")))
+    table.append_row(path, _row("b/c", max_abs_diff=float("inf"), outcome="wrong", **{"pass": False},
+                                first_bad_index=["o", 0, 1, 2]))
+    df = table.load_table(path)
+    assert list(df.columns[:len(table.COLUMNS)]) == list(table.COLUMNS)
+    assert len(df) == 2
+    assert math.isnan(df["max_abs_diff"][0]) and math.isinf(df["max_abs_diff"][1])
+    assert json.loads(df["params"][0]) == {"head_dim": 64}
+    assert df["pass"].tolist() == [True, False]
+    assert df["reruns"].tolist() == [0, 0] and df["isolation"].tolist() == ["", ""]
+    assert df["first_bad_index"][1] == ["o", 0, 1, 2]
+
+
+def test_unknown_column_and_bad_isolation_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="outside the schema"):
+        table.append_row(tmp_path / "t.jsonl", _row(bogus=1))
+    with pytest.raises(ValueError, match="isolation"):
+        table.append_row(tmp_path / "t.jsonl", _row(isolation="maybe"))
+
+
+def test_corrupt_line_names_file_and_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    table.append_row(path, _row())
+    with open(path, "a") as f:
+        f.write('{"case_id": "torn", "outco\n')
+    with pytest.raises(ValueError, match=rf"{path.name}:2: corrupt"):
+        table.load_table(path)
+    other = tmp_path / "u.jsonl"
+    other.write_text("[1, 2]\n")
+    with pytest.raises(ValueError, match="u.jsonl:1"):
+        table.load_table(other)
+
+
+def _append_many(args):
+    path, worker = args
+    for i in range(50):
+        table.append_row(path, _row(f"r/{worker}/{i}", message="x" * 3000))
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = str(tmp_path / "t.jsonl")
+    with mp.get_context("fork").Pool(3) as pool:
+        pool.map(_append_many, [(path, w) for w in range(3)])
+    df = table.load_table(path)
+    assert len(df) == 150 and df["case_id"].is_unique
+
+
+def test_paths_resume_helpers_and_merge(tmp_path):
+    assert str(table.results_path("gfx942", "abc123", tmp_path)).endswith("gfx942-abc123.jsonl")
+    path = table.results_path("cpu-x86_64", "abc", tmp_path)
+    assert table.done_case_ids(path) == set() and table.last_run_id(path) is None
+    table.append_row(path, _row("a/1", run_id="first"))
+    table.append_row(path, _row("a/2", run_id="second"))
+    assert table.done_case_ids(path) == {"a/1", "a/2"} and table.last_run_id(path) == "second"
+    assert table.copy_latest(path, "cpu-x86_64").name == "cpu-x86_64.jsonl"
+
+    base = tmp_path / "gfx942.jsonl"
+    head = tmp_path / "gfx950.jsonl"
+    table.append_row(base, _row("a/1", arch="gfx942"))
+    table.append_row(head, _row("a/1", arch="gfx950", outcome="wrong", **{"pass": False}))
+    table.append_row(head, _row("a/3", arch="gfx950"))
+    merged = table.merge_by_case({"gfx942": table.load_table(base), "gfx950": table.load_table(head)})
+    assert merged.loc["a/1", ("gfx950", "outcome")] == "wrong"
+    assert merged.loc["a/1", ("gfx942", "outcome")] == "match"
+    assert merged.loc["a/3", ("gfx942", "outcome")] != merged.loc["a/3", ("gfx942", "outcome")]  # NaN
+    both = table.load_table([base, head])
+    assert len(both) == 3
