@@ -44,7 +44,7 @@ def default_scale(sm_scale, head_dim_qk: int) -> float:
 
 def check_device(where: str, tensors: dict) -> None:
     guards.device_matches(where, _lib.platform(), tensors)
-    guards.dtype_supported(where, {k: v for k, v in tensors.items() if v is not None and v.is_floating_point()})
+    guards.dtype_supported(where, {k: v for k, v in tensors.items() if v is not None})
 
 
 def code(dtype: torch.dtype) -> int:

@@ -1,0 +1,392 @@
+"""Each guard refuses (or fixes) with the field named; with it disabled, the documented
+consequence comes from the kernels themselves (wrong answer, unwritten output, overwritten
+canary, or a dead process, which runs in a subprocess)."""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import kernels
+from kernels import guards
+from test_kernels_routes import close, make_paged, rand, ref_attention, workspace
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def max_diff(got, want) -> float:
+    d = (got.double() - want).abs()
+    return math.inf if d.isnan().any() else d.max().item()
+
+
+def paged_setup(hq=4, hkv=2, d=64, kv=(20, 9), qo=(3, 2), page_size=16, dtype=torch.float16, **plan):
+    pg = make_paged(list(kv), page_size, hkv, d, dtype=dtype)
+    qo_indptr = torch.tensor([0] + list(torch.tensor(qo).cumsum(0)), dtype=torch.int32)
+    q = rand(int(qo_indptr[-1]), hq, d, dtype=dtype, gen=gen(1))
+    w = kernels.BatchPrefillWithPagedKVCacheWrapper(workspace(1))
+    w.plan(qo_indptr, pg.indptr, pg.indices, pg.last, hq, hkv, d, page_size, causal=True, q_data_type=dtype, **plan)
+    return w, q, pg, qo_indptr
+
+
+def paged_ref(q, pg, qo_indptr):
+    outs = [ref_attention(q[int(a):int(b)], pg.ks[r], pg.vs[r], True)[0]
+            for r, (a, b) in enumerate(zip(qo_indptr, qo_indptr[1:]))]
+    return torch.cat(outs)
+
+
+def single_inputs(hq, hkv, d=64, L=5, S=9, dtype=torch.float16):
+    g = gen(2)
+    return rand(L, hq, d, dtype=dtype, gen=g), rand(S, hkv, d, dtype=dtype, gen=g), rand(S, hkv, d, dtype=dtype, gen=g)
+
+
+# ---- refusals: (guard, call, words the ValueError names) -------------------------------------
+
+def _strided_q():
+    q, k, v = single_inputs(4, 2)
+    kernels.single_prefill_with_kv_cache(torch.cat([q, q], -1)[..., ::2], k, v)
+
+
+def _strided_cache():
+    w, q, pg, _ = paged_setup()
+    kc, vc = pg.cache
+    w.run(q, (torch.cat([kc, kc], -1)[..., ::2], vc))
+
+
+def _strided_out():
+    w, q, pg, _ = paged_setup()
+    w.run(q, pg.cache, out=torch.empty(q.shape[0], 4, 128, dtype=q.dtype)[..., ::2])
+
+
+def _partial_state_strided():
+    w, q, pg, _ = paged_setup()
+    v = torch.empty(q.shape[0], 4, 128, dtype=q.dtype)[..., ::2]
+    w.run(q, pg.cache, return_lse=True, partial_state=(v, torch.zeros(q.shape[0], 4)))
+
+
+def _mismatch(**run_change):
+    def call():
+        w, q, pg, _ = paged_setup()
+        kc, vc = pg.cache
+        if "heads" in run_change:
+            q = q[:, :2]
+        if "dim" in run_change:
+            q = q[..., :32].contiguous()
+        if "dtype" in run_change:
+            q = q.to(torch.bfloat16)
+        if "rows" in run_change:
+            q = q[:2]
+        if "rank" in run_change:
+            q = q[None]
+        if "page_size" in run_change:
+            kc, vc = kc[:, :8], vc[:, :8]
+        w.run(q, (kc, vc))
+    return call
+
+
+def _ragged_kv_rows():
+    w = kernels.BatchPrefillWithRaggedKVCacheWrapper(workspace(1))
+    w.plan(torch.tensor([0, 2]), torch.tensor([0, 10]), 2, 2, 32)
+    q, k, v = single_inputs(2, 2, d=32, L=2, S=6)
+    w.run(q, k, v)
+
+
+def _decode_kv_heads():
+    pg = make_paged([10, 3], 16, 2, 64)
+    w = kernels.BatchDecodeWithPagedKVCacheWrapper(workspace(1))
+    w.plan(pg.indptr, pg.indices, pg.last, 4, 2, 64, 16)
+    kc, vc = pg.cache
+    w.run(rand(2, 4, 64), (kc[:, :, :1], vc[:, :, :1]))
+
+
+def _gqa_single(hq, hkv):
+    return lambda: kernels.single_prefill_with_kv_cache(*single_inputs(hq, hkv))
+
+
+def _gqa_plan(hq, hkv):
+    def call():
+        pg = make_paged([10], 16, 2, 64)
+        kernels.BatchDecodeWithPagedKVCacheWrapper(workspace(1)).plan(pg.indptr, pg.indices, pg.last, hq, hkv, 64, 16)
+    return call
+
+
+def _graph_wrapper():
+    bufs = dict(qo_indptr_buf=torch.zeros(5, dtype=torch.int32), paged_kv_indptr_buf=torch.zeros(5, dtype=torch.int32),
+                paged_kv_indices_buf=torch.zeros(64, dtype=torch.int32),
+                paged_kv_last_page_len_buf=torch.zeros(4, dtype=torch.int32))
+    return kernels.BatchPrefillWithPagedKVCacheWrapper(workspace(4), use_cuda_graph=True, **bufs)
+
+
+def _graph_replan(qo, kv):
+    def call():
+        w = _graph_wrapper()
+        pg = make_paged([40, 30, 20, 10], 16, 2, 64)
+        w.plan(torch.tensor([0, 4, 8, 12, 16]), pg.indptr, pg.indices, pg.last, 4, 2, 64, 16, causal=True)
+        pg = make_paged(kv, 16, 2, 64)
+        w.plan(torch.tensor([0] + list(torch.tensor(qo).cumsum(0))), pg.indptr, pg.indices, pg.last, 4, 2, 64, 16)
+    return call
+
+
+def _partial_state_without_lse():
+    w, q, pg, _ = paged_setup(max_kv_chunk=8)
+    w.run(q, pg.cache, partial_state=(torch.zeros(q.shape[0], 4, 64, dtype=q.dtype), torch.zeros(q.shape[0], 4)))
+
+
+def _half_planned():
+    w, q, pg, qo = paged_setup()
+    big = make_paged([4000], 16, 2, 64)
+    with pytest.raises(ValueError, match="float_workspace_buffer"):
+        w.plan(torch.tensor([0, 64]), big.indptr, big.indices, big.last, 4, 2, 64, 16, max_kv_chunk=16)
+    w.run(q, pg.cache)
+
+
+REFUSALS = [
+    ("last_dim_contiguous", "strided_q", _strided_q, ["q", "stride(-1)"]),
+    ("last_dim_contiguous", "strided_cache", _strided_cache, ["k_cache"]),
+    ("out_contiguous", "strided_out", _strided_out, ["out", "contiguous"]),
+    ("out_contiguous", "strided_partial_state", _partial_state_strided, ["partial_state_v"]),
+    ("run_matches_plan", "num_qo_heads", _mismatch(heads=1), ["num_qo_heads is 4 in plan() but q has 2"]),
+    ("run_matches_plan", "head_dim_qk", _mismatch(dim=1), ["head_dim_qk is 64", "q has 32"]),
+    ("run_matches_plan", "dtype", _mismatch(dtype=1), ["dtype is float16", "bfloat16"]),
+    ("run_matches_plan", "rows", _mismatch(rows=1), ["rows is at least 5", "q has 2"]),
+    ("run_matches_plan", "rank", _mismatch(rank=1), ["rank is 3", "q has 4"]),
+    ("run_matches_plan", "page_size", _mismatch(page_size=1), ["page_size is 16", "has 8"]),
+    ("run_matches_plan", "ragged_kv_rows", _ragged_kv_rows, ["kv_rows is at least 10", "k has 6"]),
+    ("run_matches_plan", "decode_num_kv_heads", _decode_kv_heads, ["num_kv_heads is 2", "has 1"]),
+    ("gqa_divisible", "12_over_8", _gqa_single(12, 8), ["num_qo_heads", "num_kv_heads"]),
+    ("gqa_divisible", "4_over_8", _gqa_single(4, 8), ["num_kv_heads"]),
+    ("gqa_divisible", "0_kv_heads", _gqa_single(4, 0), ["num_kv_heads is 0"]),
+    ("gqa_divisible", "plan_12_over_8", _gqa_plan(12, 8), ["num_qo_heads"]),
+    ("graph_capacity", "batch_size", _graph_replan([4, 4, 4], [10, 10, 10]), ["batch_size is 4", "has 3"]),
+    ("graph_capacity", "total_num_rows", _graph_replan([8, 8, 4, 4], [10, 10, 10, 10]), ["total_num_rows", "24"]),
+    ("partial_state_needs_lse", "split_without_lse", _partial_state_without_lse, ["lse", "partial_state"]),
+    ("half_planned_refuses", "after_failed_plan", _half_planned, ["plan()", "again"]),
+    ("head_dim_supported", "d512", lambda: kernels.single_prefill_with_kv_cache(*single_inputs(2, 2, d=512)),
+     ["head_dim_qk is 512"]),
+    ("dtype_supported", "int8_q", lambda: kernels.single_prefill_with_kv_cache(
+        torch.zeros(2, 2, 8, dtype=torch.int8), *single_inputs(2, 2, d=8)[1:]), ["q dtype"]),
+    ("device_matches", "meta_q", lambda: kernels.single_prefill_with_kv_cache(
+        torch.empty(2, 2, 8, device="meta", dtype=torch.float16), *single_inputs(2, 2, d=8)[1:]), ["q is on meta"]),
+    ("kv_shapes_agree", "kv_len", lambda: kernels.single_prefill_with_kv_cache(
+        *single_inputs(2, 2)[:2], rand(3, 2, 64)), ["kv_len"]),
+    ("rank_expected", "q_2d", lambda: kernels.single_prefill_with_kv_cache(rand(2, 64), *single_inputs(2, 2)[1:]),
+     ["q must have rank 3"]),
+    ("layout_known", "kv_layout", lambda: kernels.BatchPrefillWithPagedKVCacheWrapper(workspace(1), "NDH"),
+     ["kv_layout"]),
+    ("batch_consistent", "last_page_len", lambda: kernels.BatchDecodeWithPagedKVCacheWrapper(workspace(1)).plan(
+        torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.tensor([3]), 2, 2, 64, 16), ["paged_kv_last_page_len"]),
+    ("state_contiguous", "strided_v", lambda: kernels.merge_state(
+        torch.zeros(2, 2, 16)[..., ::2], torch.zeros(2, 2), torch.zeros(2, 2, 8), torch.zeros(2, 2)), ["v_a"]),
+]
+
+
+@pytest.mark.parametrize("name,call,words", [(g, c, w) for g, _, c, w in REFUSALS],
+                         ids=[f"{g}/{v}" for g, v, _, _ in REFUSALS])
+def test_guard_refuses_naming_the_field(name, call, words):
+    assert name in guards.NAMES
+    with pytest.raises(ValueError) as e:
+        call()
+    for word in words:
+        assert word in str(e.value), str(e.value)
+
+
+def test_every_guard_is_documented_and_exercised():
+    assert all(guards.NAMES.values())
+    covered = {g for g, *_ in REFUSALS} | {"plan_validates_first", "plan_copies_indptr", "merge_live_rows",
+                                           "ll4mi_route_selector", "decode_cu_seqlens_slice"}
+    assert covered == set(guards.NAMES)
+
+
+# ---- fixes with the guard on, and what the library did before them ---------------------------
+
+@pytest.fixture
+def off(monkeypatch):
+    def disable(*names):
+        monkeypatch.setenv("KERNELS_DISABLE_GUARDS", ",".join(names))
+    return disable
+
+
+def test_rejected_plan_leaves_previous_plan_usable(off):
+    w, q, pg, qo = paged_setup()
+    want = paged_ref(q, pg, qo)
+    with pytest.raises(ValueError, match="num_qo_heads"):
+        w.plan(qo, pg.indptr, pg.indices, pg.last, 12, 8, 64, 16, causal=True)
+    close(w.run(q, pg.cache), want, torch.float16)
+    off("plan_validates_first")
+    with pytest.raises(ValueError, match="num_qo_heads"):
+        w.plan(qo, pg.indptr, pg.indices, pg.last, 12, 8, 64, 16, causal=True)
+    with pytest.raises(ValueError, match="plan\\(\\) again"):
+        w.run(q, pg.cache)
+
+
+def test_half_planned_off_runs_a_mixed_plan(off):
+    w, q, pg, qo = paged_setup()
+    want = paged_ref(q, pg, qo)
+    big = make_paged([3000, 9], 16, 2, 64)
+    with pytest.raises(ValueError, match="float_workspace_buffer"):
+        w.plan(qo, big.indptr, big.indices, big.last, 4, 2, 64, 16, causal=True, max_kv_chunk=1)
+    off("half_planned_refuses")
+    assert max_diff(w.run(q, pg.cache), want) > 0.1  # new page table, old schedule
+
+
+def test_strided_q_read_packed_when_off(off):
+    q, k, v = single_inputs(4, 2)
+    qs = torch.stack([q, torch.full_like(q, float("nan"))], -1).flatten(-2)[..., ::2]
+    close(kernels.single_prefill_with_kv_cache(qs.contiguous(), k, v), ref_attention(q, k, v)[0], torch.float16)
+    off("last_dim_contiguous")
+    assert max_diff(kernels.single_prefill_with_kv_cache(qs, k, v), ref_attention(q, k, v)[0]) > 0.5
+
+
+def test_strided_out_written_packed_when_off(off):
+    w, q, pg, qo = paged_setup()
+    off("out_contiguous")
+    out = torch.zeros(q.shape[0], 4, 128, dtype=q.dtype)[..., ::2]
+    w.run(q, pg.cache, out=out)
+    assert max_diff(out, paged_ref(q, pg, qo)) > 0.1
+
+
+def test_run_dtype_mismatch_computes_wrong_when_off(off):
+    w, q, pg, qo = paged_setup()
+    off("run_matches_plan")
+    assert max_diff(w.run(q.to(torch.bfloat16), pg.cache).to(torch.float16), paged_ref(q, pg, qo)) > 0.1
+
+
+def test_gqa_12_over_8_reads_wrong_heads_when_off(off):
+    q, k, v = single_inputs(12, 8)
+    off("gqa_divisible")
+    o = kernels.single_prefill_with_kv_cache(q, k, v)
+    want = torch.cat([ref_attention(q[:, h:h + 1], k[:, h * 8 // 12:h * 8 // 12 + 1],
+                                    v[:, h * 8 // 12:h * 8 // 12 + 1])[0] for h in range(12)], 1)
+    assert max_diff(o, want) > 0.1
+
+
+def _restaged_decode():
+    """seed 002: requests of 128/256/512/1024 tokens restaged as 64/32/16/8 pages of 16."""
+    pg = make_paged([128, 256, 512, 1024], 16, 2, 64)
+    indptr = pg.indptr.clone()  # the caller's CPU buffer
+    w = kernels.BatchDecodeWithPagedKVCacheWrapper(workspace(), backend="aiter")
+    w.plan(indptr, pg.indices, pg.last, 4, 2, 64, 16)
+    q = rand(4, 4, 64, gen=gen(3))
+    indptr.copy_(torch.tensor([0, 64, 96, 112, 120]))
+    o, _ = w.run(q, pg.cache, return_lse=True)
+    want = torch.cat([ref_attention(q[r:r + 1], pg.ks[r], pg.vs[r])[0] for r in range(4)])
+    return max_diff(o, want)
+
+
+def test_aiter_shadow_plan_keeps_its_own_indptr(off):
+    assert _restaged_decode() < 2e-3
+    off("plan_copies_indptr")
+    assert _restaged_decode() > 0.05
+
+
+def _graph_merge(canary=7.0):
+    """seed 002: graph-mode paged prefill planned for 16 rows, re-planned for 8, with partial_state."""
+    w = _graph_wrapper()
+    pg16 = make_paged([40, 30, 20, 10], 16, 2, 64, seed=1)
+    w.plan(torch.tensor([0, 4, 8, 12, 16]), pg16.indptr, pg16.indices, pg16.last, 4, 2, 64, 16, causal=True)
+    pg = make_paged([50, 33, 20, 600], 16, 2, 64, seed=2)
+    qo = torch.tensor([0, 2, 4, 6, 8])
+    w.plan(qo, pg.indptr, pg.indices, pg.last, 4, 2, 64, 16, causal=True)
+    g = gen(4)
+    q = rand(8, 4, 64, gen=g)
+    buf = torch.full((16, 4, 64), canary, dtype=torch.float16)
+    lse_buf = torch.zeros(16, 4)
+    v_other = torch.zeros(16, 4, 64, dtype=torch.float16)
+    v_other[:8] = rand(8, 4, 64, gen=g)
+    s_other = torch.zeros(16, 4)
+    s_other[:8] = torch.randn(8, 4, generator=g)
+    out = w.run(q, pg.cache, out=buf[:8], lse=lse_buf[:8], partial_state=(v_other[:8], s_other[:8]))
+    ro, rl = paged_ref(q, pg, qo), torch.cat([ref_attention(q[2 * r:2 * r + 2], pg.ks[r], pg.vs[r], True)[1]
+                                              for r in range(4)])
+    m = torch.maximum(rl, s_other[:8].double())
+    wa, wb = (rl - m).exp(), (s_other[:8].double() - m).exp()
+    want = (ro * wa[..., None] + v_other[:8].double() * wb[..., None]) / (wa + wb)[..., None]
+    return max_diff(out, want), bool((buf[8:] == canary).all())
+
+
+def test_graph_merge_stops_at_live_rows(off):
+    diff, canary_intact = _graph_merge()
+    assert diff < 2e-3 and canary_intact
+    off("merge_live_rows")
+    diff, canary_intact = _graph_merge()
+    assert not canary_intact  # rows 8-15 of the buffer behind an 8-row out were overwritten
+
+
+def _ll4mi(head, window, out_fill=float("nan")):
+    pg = make_paged([30, 70], 16, 1, head)
+    q = rand(2, 2, head, gen=gen(5))
+    w = kernels.BatchDecodeWithPagedKVCacheWrapper(workspace(1), backend="ll4mi")
+    w.plan(pg.indptr, pg.indices, pg.last, 2, 1, head, 16, window_left=window)
+    out = w.run(q, pg.cache, out=torch.full((2, 2, head), out_fill, dtype=torch.float16))
+    want = torch.cat([ref_attention(q[r:r + 1], pg.ks[r], pg.vs[r], window_left=window)[0] for r in range(2)])
+    return out, max_diff(out, want)
+
+
+@pytest.mark.parametrize("head,window", [(32, -1), (48, -1), (64, 10), (128, 5)])
+def test_ll4mi_selector_falls_back(off, head, window):
+    assert _ll4mi(head, window)[1] < 2e-3
+    off("ll4mi_route_selector")
+    out, diff = _ll4mi(head, window)
+    assert diff > 0.01
+    if head < 64:
+        assert out.isnan().all()  # VHELOOP == 0: the value loop never ran
+
+
+def _mixed(num_decodes=2):
+    g = gen(6)
+    kc, vc = rand(12, 16, 2, 64, gen=g), rand(12, 16, 2, 64, gen=g)
+    table = torch.randperm(12, generator=g)[:12].view(3, 4).int()
+    qsl = torch.tensor([0, 1, 2, 6], dtype=torch.int32)
+    lens = torch.tensor([20, 33, 10], dtype=torch.int32)
+    query = rand(6, 4, 64, gen=g)
+    out = torch.full_like(query, float("nan"))
+    kernels.decode_first_attention(query, kc, vc, qsl, lens, table, num_decodes, 2, out)
+    want = []
+    for r in range(3):
+        k = kc[table[r].long()].reshape(-1, 2, 64)[:lens[r]]
+        v = vc[table[r].long()].reshape(-1, 2, 64)[:lens[r]]
+        want.append(ref_attention(query[qsl[r]:qsl[r + 1]], k, v, True)[0])
+    return max_diff(out, torch.cat(want))
+
+
+def test_mixed_batch_decode_slice(off):
+    assert _mixed() < 2e-3
+    off("decode_cu_seqlens_slice")
+    assert _mixed() == math.inf  # the last decode request is never computed
+
+
+# ---- guards whose absence kills the process --------------------------------------------------
+
+def run_isolated(code: str, disable: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KERNELS_DISABLE_GUARDS": disable, "PYTHONPATH": REPO + os.pathsep + os.path.join(REPO, "tests")}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+
+
+CRASHES = [
+    ("gqa_divisible", "4_over_8", """
+        from test_kernels_guards import single_inputs; import kernels
+        kernels.single_prefill_with_kv_cache(*single_inputs(4, 8))""", -signal.SIGFPE),
+    ("gqa_divisible", "0_kv_heads", """
+        from test_kernels_guards import single_inputs; import kernels
+        kernels.single_prefill_with_kv_cache(*single_inputs(4, 0))""", -signal.SIGFPE),
+    ("partial_state_needs_lse", "split_without_lse", """
+        from test_kernels_guards import _partial_state_without_lse
+        _partial_state_without_lse()""", -signal.SIGSEGV),
+]
+
+
+@pytest.mark.parametrize("name,code,rc", [(g, c, r) for g, _, c, r in CRASHES], ids=[f"{g}/{v}" for g, v, _, _ in CRASHES])
+def test_guard_off_kills_the_process(name, code, rc):
+    assert run_isolated(code, "").returncode == 1  # a ValueError, the process survives
+    proc = run_isolated(code, name)
+    assert proc.returncode == rc, proc.stderr[-2000:]
