@@ -6,7 +6,9 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 TARGET ?= bundled
 
-.PHONY: check test clean setup build amd-build-check nvidia-build-check report
+.PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps
+
+ARCH = $$($(PY) -c 'from harness.platform_info import arch; print(arch())')
 
 setup: $(VENV)/.ready
 
@@ -17,16 +19,28 @@ $(VENV)/.ready: requirements.txt pyproject.toml
 	else \
 	  $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q torch==2.13.0; \
 	fi
-	$(VENV)/bin/pip install -q -r requirements.txt
+	@# A GPU machine may have no index to reach: keep what its interpreter already has.
+	@$(VENV)/bin/python -c "import numpy, pandas, pytest, xdist, pytest_rerunfailures, jinja2" 2>/dev/null || \
+	  $(VENV)/bin/pip install -q -r requirements.txt
 	@touch $@
 
 build: setup
 	$(PY) -m kernels.build
 
+# The report is rendered whatever the check's verdict; the check's exit status is kept.
 check: setup
-	$(PY) -m harness check --target $(TARGET) $(ARGS)
+	@$(PY) -m harness check --target $(TARGET) $(ARGS); status=$$?; \
+	  $(PY) -m harness report --results results/$(ARCH).jsonl --out reports/out/$(ARCH).html \
+	    --markdown reports/out/$(ARCH).md || status=1; \
+	  exit $$status
 
-test: setup
+# Debian's chromium, for the test that renders the HTML report in a real browser.
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1) || \
+	  echo "browser-deps: chromium could not be installed; the browser test will skip"
+
+test: setup browser-deps
 	$(PY) -m pytest tests -n auto --reruns 2 -q $(ARGS)
 
 amd-build-check: setup
