@@ -228,7 +228,11 @@ def _is_build_error(error: BaseException) -> bool:
 def cmd_repro(args) -> int:
     import faulthandler
 
-    faulthandler.enable()
+    if not faulthandler.is_enabled():
+        try:  # a crash in the case still prints where it happened
+            faulthandler.enable()
+        except (OSError, ValueError, AttributeError):
+            pass  # stderr without a file descriptor (captured)
     if args.disable_guards:
         os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
     case_file = args.case_json or args.cases_file

@@ -49,6 +49,8 @@ def pytest_addoption(parser):
     g.addoption("--case-timeout", type=float, default=None,
                 help="seconds per case before it is a hang (plus a per-element allowance)")
     g.addoption("--run-id", default=None, help="run id recorded on every row")
+    g.addoption("--no-replay", action="store_true",
+                help="skip culprit replay of crashes (rows get isolation '' unless alone)")
 
 
 # ------------------------------------------------------------------ selection
@@ -471,6 +473,9 @@ def _crash_row(run: Run, report) -> None:
     recent = [by_id[i] for i in recent_ids if i in by_id]
     if not recent:
         row["isolation"] = "alone"
+        _finish_row(run, report, row)
+        return
+    if run.opt("no_replay"):
         _finish_row(run, report, row)
         return
     timeout = death.timeout_s or run.timeout_for(case)

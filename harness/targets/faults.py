@@ -52,11 +52,16 @@ def _testonly():
     return testonly
 
 
+# fault name -> kernels.testonly function (a real host kernel failing)
+_TESTONLY = {"sigfpe": "divide_by_zero", "segv": "null_write", "abort": "abort",
+             "exit3": "exit3", "hang": "hang"}
+
+
 def _inject(fault: str) -> None:
     lib = _testonly()
-    fn = getattr(lib, "inject", None) if lib is not None else None
-    if fn is not None and fault in ("sigfpe", "segv", "abort", "exit3", "hang"):
-        fn(fault)
+    fn = getattr(lib, _TESTONLY.get(fault, ""), None) if lib is not None else None
+    if fn is not None:
+        fn()
         return
     if fault == "sigfpe":
         os.kill(os.getpid(), signal.SIGFPE)

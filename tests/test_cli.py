@@ -1,0 +1,97 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import cli, table
+from harness.targets.faults import FAULTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_list_prints_ids_and_count(capsys):
+    assert cli.main(["list", "--target", "faults"]) == 0
+    out, err = capsys.readouterr()
+    ids = out.split()
+    assert len(ids) == len(FAULTS) and ids[0] == "faults.single_prefill/faults.none/n0"
+    assert f"{len(FAULTS)} cases" in err
+    assert cli.main(["list", "--target", "faults", "--case-id", "no-such"]) == 4
+
+
+def test_repro_exit_codes(capsys):
+    assert cli.main(["repro", "faults.single_prefill/faults.none/n0", "--target", "faults"]) == 0
+    assert "outcome" in capsys.readouterr().out
+    assert cli.main(["repro", "faults.single_prefill/faults.wrong/n0", "--target", "faults",
+                     "--json"]) == 1
+    row = json.loads(capsys.readouterr().out)
+    assert row["outcome"] == "wrong" and row["n_wrong"] == 16
+    assert cli.main(["repro", "faults.single_prefill/faults.wrng/n0", "--target", "faults"]) == 4
+    err = capsys.readouterr().err
+    assert "unknown case id" in err and "faults.single_prefill/faults.wrong/n0" in err
+
+
+def test_repro_build_failure_is_exit_5(monkeypatch, capsys):
+    class BuildError(RuntimeError):
+        pass
+
+    def broken(name):
+        raise BuildError("host build failed (g++, exit 1)")
+
+    monkeypatch.setattr("harness.targets.load_target", broken)
+    case_file = Path(__file__).parent / "_repro_case.json"
+    try:
+        from harness.targets.faults import fault_case
+        case_file.write_text(json.dumps([fault_case("none").to_json()]))
+        assert cli.main(["repro", fault_case("none").id, "--case-json", str(case_file)]) == 5
+    finally:
+        case_file.unlink()
+    assert "build failed" in capsys.readouterr().err
+
+
+def test_missing_plugin_module_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setitem(cli.SUBCOMMANDS, "shrink", ("harness.no_such_module", "add_arguments",
+                                                    "main", "x"))
+    assert cli.main(["shrink", "some/case"]) == 2
+    assert "harness.no_such_module is not available" in capsys.readouterr().err
+    # the other subcommands still parse
+    assert cli.main(["list", "--target", "faults", "--case-id", "none"]) == 0
+
+
+def test_check_summarizes_and_exits_by_rows(tmp_path):
+    results = tmp_path / "r.jsonl"
+    base = [sys.executable, "-m", "harness", "check", "--target", "faults", "-n", "1",
+            "--results", str(results)]
+    ok = subprocess.run(base + ["--case-id", "none"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300)
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
+    assert "1 cases, 0 failing" in ok.stdout and "faults.single_prefill" in ok.stdout
+    bad = subprocess.run(base + ["--case-id", "wrong", "--disable-guards", "g1"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stdout[-2000:]
+    assert "1 failing row(s)" in bad.stdout
+    assert "faults.single_prefill/faults.wrong/n0: wrong, max|diff| 1, wrong 16/16" in bad.stdout
+    # --disable-guards: the "before" table, and no reruns of a known-bad library
+    assert "| Route | Case | Result |" in bad.stdout
+    rows = table.read_rows(results)
+    assert len(rows) == 1 and rows[0]["reruns"] == 0 and rows[0]["disable_guards"] == "g1"
+
+
+def test_before_after_table_markdown():
+    df = pd.DataFrame([
+        {"route": "fa2.single_prefill", "case_id": "fa2.single_prefill/strided.q/bf16",
+         "outcome": "wrong", "pass": False, "max_abs_diff": 0.98, "n_wrong": 7503,
+         "n_total": 8192, "message": "a|b"},
+        {"route": "fa2.single_prefill", "case_id": "fa2.single_prefill/valid.x/bf16",
+         "outcome": "match", "pass": True, "max_abs_diff": 0.0, "n_wrong": 0, "n_total": 10,
+         "message": ""},
+    ])
+    md = cli.before_after_table(df)
+    lines = md.strip().splitlines()
+    assert len(lines) == 3
+    assert lines[2] == ("| fa2.single_prefill | strided.q/bf16 | wrong | 0.98 | 7503/8192 "
+                        "| a\\|b |")
+    assert len(cli.before_after_table(df, failing_only=False).strip().splitlines()) == 4
+    assert "No failing rows" in cli.before_after_table(df[df["pass"]])
