@@ -37,23 +37,28 @@ PROBLEMS = {
                      "page_size": 16, "layout": "NHD", "cache_form": "tuple"},
 }
 
-# (variant, field, value or a function of the problem's params, expect, words)
 def _rows(p):
     return sum(p["qo_lens"])
 
 
+# (variant, field, run() value, expect, the word the refusal names, the planned value).
+# Values are functions of the problem's params where they depend on it. A refusal must
+# name the field, the planned value and the given one.
 MISMATCHES = (
-    ("num_qo_heads", "num_qo_heads", 4, "refuse", ("num_qo_heads",)),
-    ("num_kv_heads", "num_kv_heads", 1, "refuse", ("num_kv_heads",)),
-    ("head_dim_qk", "head_dim_qk", 64, "refuse", ("head_dim",)),
-    ("head_dim_vo", "head_dim_vo", 64, "refuse", ("head_dim",)),
-    ("page_size", "page_size", 8, "refuse", ("page_size",)),
-    ("rank", "rank", 2, "refuse", ("q",)),
-    ("q_rows_fewer", "q_rows", lambda p: _rows(p) - 1, "refuse", ("q",)),
-    ("q_rows_padded", "q_rows", lambda p: _rows(p) + 5, "match", ()),
-    ("kv_rows_fewer", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", ("k",)),
-    ("dtype", "dtype", "fp16", "refuse", ("dtype",)),
+    ("num_qo_heads", "num_qo_heads", 4, "refuse", "num_qo_heads", lambda p: p["num_qo_heads"]),
+    ("num_kv_heads", "num_kv_heads", 1, "refuse", "num_kv_heads", lambda p: p["num_kv_heads"]),
+    ("head_dim_qk", "head_dim_qk", 64, "refuse", "head_dim_qk", lambda p: p["head_dim"]),
+    ("head_dim_vo", "head_dim_vo", 64, "refuse", "head_dim_vo", lambda p: p["head_dim"]),
+    ("page_size", "page_size", 8, "refuse", "page_size", lambda p: p["page_size"]),
+    ("rank", "rank", 2, "refuse", "rank", lambda p: 3),
+    ("q_rows_fewer", "q_rows", lambda p: _rows(p) - 1, "refuse", "rows", _rows),
+    ("q_rows_padded", "q_rows", lambda p: _rows(p) + 5, "match", "", None),
+    ("kv_rows_fewer", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", "kv_rows",
+     lambda p: sum(p["kv_lens"])),
+    ("dtype", "dtype", "fp16", "refuse", "dtype", lambda p: "bfloat16"),
 )
+# Batch decode plans one query row per request: its row count is the batch size.
+WORD_BY_OP = {("batch_decode", "rows"): "batch_size"}
 APPLIES = {
     "paged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
                       "rank", "q_rows", "dtype"},
@@ -77,7 +82,7 @@ def _scenarios(op, base):
     yield ("plan_failed_midway",
            {**long_kv, "scenario": "plan_failed_midway", "replan_max_kv_chunk": 8,
             "workspace_bytes": 1 << 16},
-           "refuse", ("plan",))
+           "refuse", ("plan()", "failed"))
     yield ("plan_rejected_first", {**base, "scenario": "plan_rejected_first"}, "match", ())
 
 
@@ -88,11 +93,15 @@ def cases(routes) -> Iterator[Case]:
             continue
         base = {**_BASE, **PROBLEMS[op]}
         tag = _tag(base)
-        for variant, field, value, expect, words in MISMATCHES:
+        for variant, field, value, expect, word, planned in MISMATCHES:
             if field not in APPLIES[op]:
                 continue
             value = value(base) if callable(value) else value
             params = {**base, "mismatch": {"field": field, "value": value}}
+            words = ()
+            if expect == "refuse":
+                given = "float16" if field == "dtype" else value
+                words = (WORD_BY_OP.get((op, word), word), str(planned(base)), str(given))
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect=expect, refuse_words=words, tag=tag)
         for variant, params, expect, words in _scenarios(op, base):

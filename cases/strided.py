@@ -59,7 +59,9 @@ TENSORS = {
                             ("k", "refuse", {"layout": "HND"})) + _OUT,
     "single_decode": (("q", "match", {}), ("q_heads", "match", {}), ("k", "refuse", {}),
                       ("v", "refuse", {}), ("v", "refuse", {"layout": "HND"})) + _OUT,
-    "paged_prefill": _Q + _PAGED_CACHE + (("k_cache", "refuse", {"layout": "HND"}),) + _OUT,
+    "paged_prefill": _Q + _PAGED_CACHE + (("k_cache", "refuse", {"layout": "HND"}),) + _OUT + (
+        ("partial_state_v", "refuse", {"partial_state": True}),
+        ("partial_state_s", "refuse", {"partial_state": True, "max_kv_chunk": 16})),
     "ragged_prefill": _Q + (("k", "refuse", {}), ("v", "refuse", {})) + _OUT,
     "batch_decode": _Q + _PAGED_CACHE + (("v_cache", "refuse", {"layout": "HND"}),) + _OUT,
     "merge_state": (("v_a", "refuse", {}), ("s_b", "refuse", {}),
@@ -74,8 +76,12 @@ INDEX = {
     "batch_decode": _PAGED_INDEX,
     "mixed_batch": ("query_start_loc", "seq_lens", "block_table"),
 }
-# The words a refusal names: the tensor's argument name in the library.
-WORDS = {"q_heads": (), "kv_cache": ("cache",), "k_cache": ("cache",), "v_cache": ("cache",)}
+# The words a refusal names: the tensor's argument name in the library (a single-tensor
+# cache is refused as the k or v half it splits into; vLLM's names on the mixed batch).
+WORDS = {"kv_cache": ("cache",), "partial_state_v": ("partial_state",),
+         "partial_state_s": ("partial_state",)}
+WORDS_BY_OP = {"mixed_batch": {"q": ("query",), "k_cache": ("key_cache",),
+                               "v_cache": ("value_cache",)}}
 
 
 def _tag(params) -> str:
@@ -89,6 +95,8 @@ def _tag(params) -> str:
         bits.append("single")
     if params.get("merge") == "in_place":
         bits.append("in_place")
+    if "max_kv_chunk" in params:
+        bits.append(f"chunk{params['max_kv_chunk']}")
     return "-".join(bits)
 
 
@@ -97,7 +105,9 @@ def _cases_for(op: str):
     for tensor, expect, extra in TENSORS[op]:
         params = {**base, **extra, "strided": tensor}
         variant = tensor if tensor == "q_heads" else f"{tensor}_stride2"
-        words = WORDS.get(tensor, (tensor,)) if expect == "refuse" else ()
+        words = ()
+        if expect == "refuse":
+            words = WORDS_BY_OP.get(op, {}).get(tensor) or WORDS.get(tensor, (tensor,))
         yield variant, params, expect, words
     for name in INDEX.get(op, ()):
         yield f"{name}_every_other", {**base, "strided": name}, "match_or_refuse", ()

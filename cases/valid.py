@@ -180,6 +180,12 @@ def _batch_prefill_extras(paged):
                   window_left=-1, return_lse=True, page_size=1, layout="NHD",
                   cache_form="tuple", page_order="shuffled", page_id_offset=65536)
         yield "page_ids_past_64k", p, _tag(p, "p1", "b2")
+        # run(partial_state=) with an empty state on a split plan: the merge must be a no-op.
+        p = _base("fp16", 64, (4, 2), qo_lens=[9, 4], kv_lens=[77, 30], causal=True,
+                  window_left=-1, return_lse=True, page_size=16, layout="NHD",
+                  cache_form="tuple", page_order="shuffled", max_kv_chunk=16,
+                  partial_state=True)
+        yield "partial_state_empty", p, _tag(p, "p16", "b2", "chunk16")
         # Sequential pages with a last page that is exactly full.
         p = _base("bf16", 128, (2, 1), qo_lens=[16, 4], kv_lens=[32, 48], causal=True,
                   window_left=-1, return_lse=False, page_size=16, layout="NHD",

@@ -47,6 +47,7 @@ A case naming a tensor the route never passes is skipped, not silently ignored.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -205,33 +206,58 @@ def _partial_state(c: Call, rows: int):
     return c.views.input("partial_state_v", v), c.views.input("partial_state_s", s)
 
 
-def paged_prefill(c: Call) -> dict:
+@dataclass
+class Prepared:
+    """A batch route's calls, built but not made: scenarios re-plan before running."""
+    wrapper: Any
+    plan_kw: dict
+    run_args: tuple
+    run_kw: dict
+    out: torch.Tensor
+    lse: torch.Tensor | None
+    rows: int
+
+    def plan(self, **override) -> None:
+        self.wrapper.plan(**{**self.plan_kw, **override})
+
+    def run(self) -> None:
+        self.wrapper.run(*self.run_args, **self.run_kw)
+
+
+def plan_and_run(c: Call, prep: Prepared) -> dict:
+    c.ready("plan")
+    prep.plan()
+    c.buffers.stage("run")
+    prep.run()
+    return c.result(prep.out, prep.lse, prep.rows)
+
+
+def prepare_paged_prefill(c: Call) -> Prepared:
     p, k_ = c.problem, _kernels()
     paged, idx = _paged_inputs(c)
     qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
     wrapper = k_.BatchPrefillWithPagedKVCacheWrapper(
         c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
         **_graph_buffers(c, {**idx, "kv_indices": paged.indices}, PAGED_PREFILL_BUFS))
-    q = c.problem.q_packed()
-    cache = _cache(c, paged)
-    q, cache = perturb(c, q, cache)
+    q, cache = perturb(c, p.q_packed(), _cache(c, paged))
     q = c.views.input("q", q)
     out_rows, rows = planned_rows(c)
     out, lse = c.out(out_rows), c.lse(out_rows)
     partial = _partial_state(c, out_rows)
-    c.ready("plan")
-    wrapper.plan(qo_indptr, idx["kv_indptr"], idx["kv_indices"], idx["last_page_len"],
-                 p.num_qo_heads, p.num_kv_heads, p.head_dim, paged.page_size,
-                 head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
-                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
-                 max_kv_chunk=c.params.get("max_kv_chunk"))
-    c.buffers.stage("run")
-    run_kw = {"partial_state": partial} if partial is not None else {}
-    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse, **run_kw)
-    return c.result(out, lse, rows)
+    plan_kw = dict(qo_indptr=qo_indptr, paged_kv_indptr=idx["kv_indptr"],
+                   paged_kv_indices=idx["kv_indices"], paged_kv_last_page_len=idx["last_page_len"],
+                   num_qo_heads=p.num_qo_heads, num_kv_heads=p.num_kv_heads,
+                   head_dim_qk=p.head_dim, page_size=paged.page_size, head_dim_vo=p.head_dim_vo,
+                   causal=p.causal, window_left=p.window_left, sm_scale=c.sm_scale,
+                   q_data_type=p.dtype, kv_data_type=p.dtype,
+                   max_kv_chunk=c.params.get("max_kv_chunk"))
+    run_kw = dict(out=out, lse=lse, return_lse=p.return_lse)
+    if partial is not None:
+        run_kw["partial_state"] = partial
+    return Prepared(wrapper, plan_kw, (q, cache), run_kw, out, lse, rows)
 
 
-def ragged_prefill(c: Call) -> dict:
+def prepare_ragged_prefill(c: Call) -> Prepared:
     p, k_ = c.problem, _kernels()
     if c.layout != "NHD":
         raise Skip("ragged k/v are token-major (NHD) only")
@@ -240,35 +266,25 @@ def ragged_prefill(c: Call) -> dict:
     wrapper = k_.BatchPrefillWithRaggedKVCacheWrapper(
         c.workspace(), kv_layout="NHD", use_cuda_graph=bool(c.params.get("use_cuda_graph")),
         **_graph_buffers(c, {}, RAGGED_BUFS))
-    q, k, v = p.q_packed(), p.k_packed(), p.v_packed()
-    q, k, v = perturb_ragged(c, q, k, v)
+    q, k, v = perturb_ragged(c, p.q_packed(), p.k_packed(), p.v_packed())
     q, k, v = c.views.input("q", q), c.views.input("k", k), c.views.input("v", v)
     out_rows, rows = planned_rows(c)
     out, lse = c.out(out_rows), c.lse(out_rows)
-    c.ready("plan")
-    wrapper.plan(qo_indptr, kv_indptr, p.num_qo_heads, p.num_kv_heads, p.head_dim,
-                 head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
-                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
-                 max_kv_chunk=c.params.get("max_kv_chunk"))
-    c.buffers.stage("run")
-    wrapper.run(q, k, v, out=out, lse=lse, return_lse=p.return_lse)
-    return c.result(out, lse, rows)
+    plan_kw = dict(qo_indptr=qo_indptr, kv_indptr=kv_indptr, num_qo_heads=p.num_qo_heads,
+                   num_kv_heads=p.num_kv_heads, head_dim_qk=p.head_dim, head_dim_vo=p.head_dim_vo,
+                   causal=p.causal, window_left=p.window_left, sm_scale=c.sm_scale,
+                   q_data_type=p.dtype, kv_data_type=p.dtype,
+                   max_kv_chunk=c.params.get("max_kv_chunk"))
+    return Prepared(wrapper, plan_kw, (q, k, v), dict(out=out, lse=lse, return_lse=p.return_lse),
+                    out, lse, rows)
 
 
 DECODE_BACKENDS = {"fa2": ("fa2", False), "fa2_tc": ("fa2", True),
                    "aiter": ("aiter", False), "ll4mi": ("ll4mi", False)}
 
 
-def decode_wrapper(c: Call, idx: dict):
-    backend, tensor_cores = DECODE_BACKENDS[c.case.backend]
-    return _kernels().BatchDecodeWithPagedKVCacheWrapper(
-        c.workspace(), kv_layout=c.layout,
-        use_cuda_graph=bool(c.params.get("use_cuda_graph")),
-        use_tensor_cores=tensor_cores, backend=backend, **_graph_buffers(c, idx, DECODE_BUFS))
-
-
-def batch_decode(c: Call) -> dict:
-    p = c.problem
+def prepare_batch_decode(c: Call) -> Prepared:
+    p, k_ = c.problem, _kernels()
     if any(n != 1 for n in p.qo_lens):
         raise Skip("batch decode takes one query token per request")
     if p.head_dim_vo != p.head_dim:
@@ -276,21 +292,29 @@ def batch_decode(c: Call) -> dict:
     if p.causal:
         raise Skip("batch decode has no causal flag (one query token sees its whole KV)")
     paged, idx = _paged_inputs(c)
-    wrapper = decode_wrapper(c, {**idx, "kv_indices": paged.indices})
-    q = p.q_packed()
-    cache = _cache(c, paged)
-    q, cache = perturb(c, q, cache)
+    backend, tensor_cores = DECODE_BACKENDS[c.case.backend]
+    wrapper = k_.BatchDecodeWithPagedKVCacheWrapper(
+        c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+        use_tensor_cores=tensor_cores, backend=backend,
+        **_graph_buffers(c, {**idx, "kv_indices": paged.indices}, DECODE_BUFS))
+    q, cache = perturb(c, p.q_packed(), _cache(c, paged))
     q = c.views.input("q", q)
     out_rows, rows = planned_rows(c)
     out, lse = c.out(out_rows), c.lse(out_rows)
-    c.ready("plan")
-    wrapper.plan(idx["kv_indptr"], idx["kv_indices"], idx["last_page_len"],
-                 p.num_qo_heads, p.num_kv_heads, p.head_dim, paged.page_size,
-                 window_left=p.window_left, q_data_type=p.dtype, kv_data_type=p.dtype,
-                 sm_scale=c.sm_scale, max_kv_chunk=c.params.get("max_kv_chunk"))
-    c.buffers.stage("run")
-    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse)
-    return c.result(out, lse, rows)
+    plan_kw = dict(indptr=idx["kv_indptr"], indices=idx["kv_indices"],
+                   last_page_len=idx["last_page_len"], num_qo_heads=p.num_qo_heads,
+                   num_kv_heads=p.num_kv_heads, head_dim=p.head_dim, page_size=paged.page_size,
+                   window_left=p.window_left, q_data_type=p.dtype, kv_data_type=p.dtype,
+                   sm_scale=c.sm_scale, max_kv_chunk=c.params.get("max_kv_chunk"))
+    return Prepared(wrapper, plan_kw, (q, cache), dict(out=out, lse=lse, return_lse=p.return_lse),
+                    out, lse, rows)
+
+
+PREPARE = {
+    "paged_prefill": prepare_paged_prefill,
+    "ragged_prefill": prepare_ragged_prefill,
+    "batch_decode": prepare_batch_decode,
+}
 
 
 # ------------------------------------------------------------------ merge and mixed
@@ -320,8 +344,8 @@ def merge_state(c: Call) -> dict:
     (va, sa), (vb, sb) = halves
     merge = c.params.get("merge", "out_of_place")
     if merge == "out_of_place":
-        for t, name in ((va, "v_a"), (sa, "s_a"), (vb, "v_b"), (sb, "s_b")):
-            c.views.input(name, t)
+        va, sa = c.views.input("v_a", va), c.views.input("s_a", sa)
+        vb, sb = c.views.input("v_b", vb), c.views.input("s_b", sb)
         c.ready("run")
         v, s = k_.merge_state(va, sa, vb, sb)
     elif merge == "in_place":
@@ -369,9 +393,9 @@ def mixed_batch(c: Call) -> dict:
 OPS = {
     "single_prefill": single_prefill,
     "single_decode": single_decode,
-    "paged_prefill": paged_prefill,
-    "ragged_prefill": ragged_prefill,
-    "batch_decode": batch_decode,
+    "paged_prefill": lambda c: plan_and_run(c, prepare_paged_prefill(c)),
+    "ragged_prefill": lambda c: plan_and_run(c, prepare_ragged_prefill(c)),
+    "batch_decode": lambda c: plan_and_run(c, prepare_batch_decode(c)),
     "merge_state": merge_state,
     "mixed_batch": mixed_batch,
 }
