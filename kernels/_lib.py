@@ -6,8 +6,6 @@ import threading
 
 import torch
 
-from . import build
-
 _i64, _i32, _p = C.c_int64, C.c_int32, C.c_void_p
 
 
@@ -54,7 +52,8 @@ def lib():
     if _handle is None:
         with _lock:
             if _handle is None:
-                h = C.CDLL(build.build_info()["path"])
+                from .build import build_info
+                h = C.CDLL(build_info()["path"])
                 for name, (args, res) in _SIGNATURES.items():
                     fn = getattr(h, name)
                     fn.argtypes, fn.restype = args, res
