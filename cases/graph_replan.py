@@ -1,0 +1,68 @@
+"""graph_replan: a CUDA-graph-mode paged prefill re-planned for a smaller batch (seed 002).
+
+A graph-mode wrapper's first plan() fixes its capacity (batch size, q rows,
+page indices) and its caller-owned index buffers; later plans refill them in
+place, and the graph path always splits KV. Seed 002: planned for 16 rows,
+re-planned for 8, run with partial_state: the in-place merge ran over the
+16-row capacity, so rows 8-15 of the buffer behind an 8-row out were
+overwritten. The merge must stop at the live rows: the canaries behind out,
+lse and the partial state stay intact and the answer matches.
+
+partial_state here is the attention state of each request's first
+prefix_tokens kv tokens (a shared prefix, computed by the reference); the
+paged cache holds the rest, so only a correct merge gives the right answer.
+
+Refusals:
+  - partial_state on a split plan without an lse: the merge reads the lse,
+    so run() must refuse, naming it;
+  - a re-plan that changes the batch size, or needs more q rows or page
+    indices than the first plan fixed: plan() must refuse, naming the field.
+
+Scenario: params["scenario"] = "graph_replan" (harness/targets/bundled_replan.py);
+params["capacity"] is the first plan's batch. On the host the graph mode is
+the same fixed-buffer semantics without capture.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case
+
+FAMILY = "graph_replan"
+OPS = ("paged_prefill",)
+ROUTES = ("fa2.paged_prefill",)
+
+_BASE = {"dtype": "bf16", "head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2,
+         "causal": True, "window_left": -1, "page_size": 16, "max_kv_chunk": 16,
+         "scenario": "graph_replan"}
+
+# (variant, problem qo_lens, kv_lens, capacity qo_lens, kv_lens, prefix_tokens, return_lse,
+#  expect, refuse words)
+ROWS = (
+    ("rows16_to_8_partial_state", [4, 4], [45, 70], [8, 8], [45, 70], 8, True, "match", ()),
+    ("rows16_to_8_uneven", [3, 5], [30, 61], [10, 6], [40, 61], 12, True, "match", ()),
+    ("rows16_to_8_no_partial_state", [4, 4], [45, 70], [8, 8], [45, 70], 0, True, "match", ()),
+    ("rows16_to_16_partial_state", [8, 8], [45, 70], [8, 8], [45, 70], 8, True, "match", ()),
+    ("partial_state_without_lse", [4, 4], [45, 70], [8, 8], [45, 70], 8, False, "refuse",
+     ("lse",)),
+    ("batch_shrinks", [4, 4], [45, 70], [6, 5, 5], [45, 70, 20], 8, True, "refuse",
+     ("batch_size",)),
+    ("batch_grows", [3, 3, 2], [45, 70, 20], [8, 8], [45, 70], 8, True, "refuse",
+     ("batch_size",)),
+    ("rows_outgrow", [12, 8], [45, 70], [4, 4], [45, 70], 8, True, "refuse",
+     ("total_num_rows",)),
+    ("pages_outgrow", [4, 4], [90, 140], [8, 8], [45, 70], 8, True, "refuse", ("indices",)),
+)
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        if route not in ROUTES:
+            continue
+        for variant, qo, kv, cap_qo, cap_kv, prefix, lse, expect, words in ROWS:
+            params = {**_BASE, "qo_lens": qo, "kv_lens": kv, "return_lse": lse,
+                      "capacity": {"qo_lens": cap_qo, "kv_lens": cap_kv},
+                      "prefix_tokens": prefix}
+            tag = f"bf16-d64-h4x2-p16-r{sum(cap_qo)}to{sum(qo)}"
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect=expect, refuse_words=words, tag=tag)

@@ -1,0 +1,60 @@
+"""restaged_indptr: a caller that reuses its CPU index tensors after plan() (seed 002).
+
+The aiter-style decode kernel writes no LSE, so a return_lse=True run goes
+through an fa2 shadow plan built lazily at that first run, from index
+tensors plan() kept. A CPU tensor's .to("cpu") is the caller's own tensor:
+before the fix plan() kept that, and a caller that restaged it for its next
+batch got an fa2 plan for the new batch run against the old one (seed 002:
+requests of 128/256/512/1024 tokens, page size 16, restaged as 64/32/16/8
+pages, same total: 7503 of 8192 output elements wrong). plan() must keep
+its own copy: every case expects `match`, the answer of the batch plan()
+saw last.
+
+Variants: the indptr (the seed), the page indices, last_page_len, or all
+three restaged; two back-to-back plans from the caller's reused tensors
+followed by a restage (the second plan's batch must run); a return_lse run
+between two plans (the re-plan must drop the first shadow plan).
+
+Scenario: params["scenario"] = "restaged" (harness/targets/bundled_replan.py).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case
+
+FAMILY = "restaged_indptr"
+OPS = ("batch_decode",)
+ROUTES = ("aiter.batch_decode",)
+
+# Seed 002's batch: 8/16/32/64 pages of 16 tokens; 4 x 16 heads x 128 = 8192 outputs.
+SEED_KV = [128, 256, 512, 1024]
+# Lengths that end mid-page, so reversing last_page_len changes it.
+ODD_KV = [100, 250, 509, 1000]
+
+_BASE = {"dtype": "bf16", "head_dim": 128, "num_qo_heads": 16, "num_kv_heads": 2,
+         "qo_lens": [1, 1, 1, 1], "causal": False, "window_left": -1, "return_lse": True,
+         "page_size": 16, "scenario": "restaged"}
+
+# (variant, kv_lens, restaged tensors, call sequence)
+ROWS = (
+    ("indptr", SEED_KV, ["indptr"], "plan_restage_run"),
+    ("indices", SEED_KV, ["indices"], "plan_restage_run"),
+    ("last_page_len", ODD_KV, ["last_page_len"], "plan_restage_run"),
+    ("all_three", ODD_KV, ["indptr", "indices", "last_page_len"], "plan_restage_run"),
+    ("replan_reused_buffers", SEED_KV, ["indptr", "indices", "last_page_len"],
+     "replan_restage_run"),
+    ("lse_run_between_plans", SEED_KV, ["indptr", "indices", "last_page_len"],
+     "run_replan_run"),
+)
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        if route not in ROUTES:
+            continue
+        for variant, kv, restage, sequence in ROWS:
+            params = {**_BASE, "kv_lens": kv, "restage": restage, "sequence": sequence}
+            tag = f"bf16-d128-h16x2-p16-kv{max(kv)}"
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect="match", tag=tag)
