@@ -41,6 +41,7 @@ _SIGNATURES = {
     "kernels_schedule_len": ([_i64, _i64], _i64),
     "kernels_plan": ([_p, _p, C.c_int, C.c_int, C.c_int, C.c_int, C.c_int, C.c_int, _i64, _p, _i64, _i64, _p], C.c_int),
     "kernels_testonly_fault": ([C.c_int, C.c_int, _p, _p], C.c_int),
+    "kernels_convert_host": ([_p, C.c_int, _p, C.c_int, _i64], C.c_int),
 }
 
 _lock = threading.Lock()
