@@ -6,7 +6,10 @@ cases pass.
                                                                         behind out written)
   partial_state_needs_lse   partial_state on a split plan, no lse      crash (the merge reads
                                                                         a null lse)
-  graph_capacity            re-plan with a smaller batch               silent
+  graph_capacity            re-plan with a smaller batch               silent; a larger batch,
+                                                                        more rows or pages:
+                                                                        refused, not naming
+                                                                        the field (a failing row)
   plan_copies_indptr        caller restages its CPU indptr / indices /  wrong
                             last_page_len before the first LSE run
   ll4mi_route_selector      head_size 32, 48; a sliding window         wrong
@@ -46,6 +49,11 @@ DETECTIONS = [
     (GRAPH, "rows16_to_16_partial_state", "merge_live_rows", {"match"}),      # control
     (GRAPH, "rows16_to_8_no_partial_state", "merge_live_rows", {"match"}),    # control
     (GRAPH, "batch_shrinks", "graph_capacity", {"silent"}),
+    # Past the capacity, torch's copy into the caller's buffers or the C scheduler still
+    # raises, but without naming the field: a failing `refused` row.
+    (GRAPH, "batch_grows", "graph_capacity", {"refused"}),
+    (GRAPH, "rows_outgrow", "graph_capacity", {"refused"}),
+    (GRAPH, "pages_outgrow", "graph_capacity", {"refused"}),
     (AITER, "indptr", "plan_copies_indptr", {"wrong"}),
     (AITER, "indices", "plan_copies_indptr", {"wrong"}),
     (AITER, "last_page_len", "plan_copies_indptr", {"wrong"}),
@@ -84,6 +92,8 @@ def test_guard_off_is_detected(row, target, monkeypatch):
     monkeypatch.setenv("KERNELS_DISABLE_GUARDS", guard)
     r = execute_case(case, target, "cpu")
     assert r.outcome in outcomes, f"{case.id}: {r.outcome} {r.message}"
+    # A detection is a failing row; a control still passes.
+    assert r.passed == (outcomes == {"match"}), f"{case.id}: {r.outcome} {r.message}"
     if r.outcome == "corrupt":
         # Seed 002: the rows behind the 8-row out are the ones overwritten.
         assert "canary after out" in r.message, r.message
