@@ -2,23 +2,26 @@
 
 Tensors live on the CPU for the host platform and on the GPU otherwise; kernels launch on the
 caller's current stream and never synchronize. Refusals raise ValueError (see guards.py).
+Names load on first use, so `python -m kernels.build` does not import torch for a host build.
 """
-from .decode import BatchDecodeWithPagedKVCacheWrapper  # noqa: F401
-from .merge import merge_state, merge_state_in_place  # noqa: F401
-from .mixed import decode_first_attention  # noqa: F401
-from .prefill import BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper  # noqa: F401
-from .single import single_decode_with_kv_cache, single_prefill_with_kv_cache  # noqa: F401
+import importlib
+
+_WHERE = {
+    "single_prefill_with_kv_cache": "single", "single_decode_with_kv_cache": "single",
+    "BatchPrefillWithPagedKVCacheWrapper": "prefill", "BatchPrefillWithRaggedKVCacheWrapper": "prefill",
+    "BatchDecodeWithPagedKVCacheWrapper": "decode", "merge_state": "merge", "merge_state_in_place": "merge",
+    "decode_first_attention": "mixed", "build_info": "build",
+}
+__all__ = sorted(_WHERE)
 
 
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kernels' has no attribute {name!r}")
 
-def build_info() -> dict:
-    """dict(platform, arch, build_hash, path) of the library this process loads (built on first use)."""
-    from .build import build_info as info
-    return info()
 
-
-__all__ = [
-    "build_info", "single_prefill_with_kv_cache", "single_decode_with_kv_cache",
-    "BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper",
-    "BatchDecodeWithPagedKVCacheWrapper", "merge_state", "merge_state_in_place", "decode_first_attention",
-]
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))

@@ -8,6 +8,7 @@ the graph path always splits KV. On the host it is the same fixed-buffer semanti
 from __future__ import annotations
 
 import ctypes
+from types import SimpleNamespace
 
 import torch
 
@@ -44,6 +45,13 @@ class Planned:
         self._caps: dict | None = None
         self._bufs: dict = {}
         self._sched = None
+        self._plan_sched: dict | None = None
+
+    @property
+    def plan_info(self) -> SimpleNamespace:
+        """The last schedule: total_num_rows (the capacity in graph mode), live_rows, split, num_work, chunk."""
+        s = getattr(self, "_plan_sched", None) or {}
+        return SimpleNamespace(**{k: s.get(k) for k in ("total_num_rows", "live_rows", "split", "num_work", "chunk")})
 
     @property
     def is_cuda_graph_enabled(self) -> bool:

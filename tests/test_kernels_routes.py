@@ -231,7 +231,8 @@ DECODE = [
 ]
 
 
-@pytest.mark.parametrize("backend,tc,d,window", DECODE, ids=lambda *a: None)
+@pytest.mark.parametrize("backend,tc,d,window", DECODE,
+                         ids=[f"{b}{'_tc' if tc else ''}-d{d}" + (f"-w{w}" if w >= 0 else "") for b, tc, d, w in DECODE])
 @pytest.mark.parametrize("return_lse", [False, True], ids=["o", "lse"])
 def test_batch_decode_matches_reference(backend, tc, d, window, return_lse):
     kv, hq, hkv = [1, 40, 600, 17], 8, 2
