@@ -14,6 +14,10 @@ import pytest
 import torch
 
 import kernels
+from kernels.build import detect
+
+# CPU tensors on the host platform; tests/test_kernels_gpu.py covers the GPU platforms.
+pytestmark = pytest.mark.skipif(detect()[0] != "host", reason="host-platform library tests")
 from kernels import guards
 from test_kernels_routes import close, make_paged, rand, ref_attention, workspace
 

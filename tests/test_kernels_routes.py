@@ -8,6 +8,10 @@ import pytest
 import torch
 
 import kernels
+from kernels.build import detect
+
+# CPU tensors on the host platform; tests/test_kernels_gpu.py covers the GPU platforms.
+pytestmark = pytest.mark.skipif(detect()[0] != "host", reason="host-platform library tests")
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
