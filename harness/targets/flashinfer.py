@@ -1,0 +1,406 @@
+"""flashinfer: the adapter for FlashInfer's public Python API.
+
+One adapter serves the CUDA build (flashinfer-python) and the ROCm port,
+which keeps the same API. Routes, each a separate backend:
+
+  fi_fa2.single_prefill    single_prefill_with_kv_cache(backend="fa2")
+  fi_fa3.single_prefill    the same, backend="fa3"                       (sm_90 only)
+  fi_fa2.single_decode     single_decode_with_kv_cache(use_tensor_cores=False), q [Hq, D]
+  fi_tc.single_decode      the same, use_tensor_cores=True (the prefill kernel)
+  fi_fa2.paged_prefill     BatchPrefillWithPagedKVCacheWrapper(backend="fa2").plan/run
+  fi_fa3.paged_prefill     the same, backend="fa3"                       (sm_90 only)
+  fi_fa2.ragged_prefill    BatchPrefillWithRaggedKVCacheWrapper(backend="fa2").plan/run
+  fi_fa3.ragged_prefill    the same, backend="fa3"                       (sm_90 only)
+  fi_fa2.batch_decode      BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=False, backend="fa2")
+  fi_tc.batch_decode       the same, use_tensor_cores=True
+  fi.merge_state           each request's KV split in two, both halves through
+                           single_prefill(return_lse=True), then merge_state or
+                           merge_state_in_place
+
+The families' params map as in the bundled adapter (harness/targets/bundled.py
+documents them): layout, page_size, cache_form, page_order, page_id_offset,
+strided, index_dtype, mismatch, use_cuda_graph (the wrapper's caller-owned
+index buffers), workspace_bytes, merge. What FlashInfer has no analogue for
+is skipped with the reason: fp32 inputs, run(partial_state=), the bundled
+library's scenarios that script its own internals. max_kv_chunk is the
+bundled planner's split size; FlashInfer's plan() picks its own split
+schedule, so it is not passed (the case still checks the answer).
+
+LSE: FlashInfer returns log2-based LSE (its kernels use exp2); rows report
+the natural log, so every LSE it returns is multiplied by ln 2. merge_state
+consumes and produces the same base-2 states, so its inputs are passed as
+FlashInfer returned them and only its output is converted.
+
+FlashInfer's single-request functions allocate their own outputs (no out=
+or lse=): a case naming a strided "out" or "lse" there is skipped.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import torch
+
+from harness.targets.base import Skip, Target
+from harness.targets.bundled import (DECODE_BUFS, PAGED_PREFILL_BUFS, RAGGED_BUFS, Call,
+                                     Prepared)
+from harness.targets.bundled_layout import build_paged, to_layout
+from harness.targets.bundled_mismatch import perturb, perturb_ragged, planned_rows
+
+LN2 = math.log(2.0)
+WORKSPACE_BYTES = 128 << 20     # FlashInfer's recommended float workspace
+
+ROUTES_FA2 = (
+    "fi_fa2.single_prefill", "fi_fa2.single_decode", "fi_tc.single_decode",
+    "fi_fa2.paged_prefill", "fi_fa2.ragged_prefill",
+    "fi_fa2.batch_decode", "fi_tc.batch_decode", "fi.merge_state",
+)
+ROUTES_FA3 = ("fi_fa3.single_prefill", "fi_fa3.paged_prefill", "fi_fa3.ragged_prefill")
+
+INSTALL_HINT = ("the flashinfer target needs FlashInfer's Python package and a GPU it runs on: "
+                "`pip install flashinfer-python` on a machine with a CUDA GPU (or the ROCm port "
+                "on an AMD GPU); its attention kernels compile on first use with nvcc "
+                "(set CUDA_HOME)")
+
+
+class FiCall(Call):
+    """The bundled adapter's per-case plumbing, with FlashInfer's workspace and LSE base."""
+
+    def __init__(self, case, problem, buffers, fi):
+        super().__init__(case, problem, buffers)
+        self.fi = fi
+
+    def workspace(self) -> torch.Tensor:
+        n = int(self.params.get("workspace_bytes", WORKSPACE_BYTES))
+        return torch.zeros(n, dtype=torch.uint8, device=self.device)
+
+    def result(self, out, lse, rows: int | None = None) -> dict:
+        res = super().result(out, lse, rows)
+        if "lse" in res:
+            res["lse"] = natural_lse(res["lse"])
+        return res
+
+
+def natural_lse(lse2: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's log2-sum-exp2 as the natural log the reference uses."""
+    return lse2.float() * LN2
+
+
+def _backend(c: Call) -> str:
+    return {"fi_fa2": "fa2", "fi_fa3": "fa3", "fi_tc": "fa2", "fi": "fa2"}[c.case.backend]
+
+
+def _graph_buffers(c: Call, n_indices: int, names: tuple) -> dict:
+    """Caller-owned index buffers of a CUDA-graph-mode wrapper, sized to this batch."""
+    if not c.params.get("use_cuda_graph"):
+        return {}
+    b = c.problem.batch_size
+    sizes = (b + 1, b + 1, max(1, n_indices), b)
+    return {name: torch.empty(n, dtype=torch.int32, device=c.device)
+            for name, n in zip(names, sizes) if name}
+
+
+# ------------------------------------------------------------------ single routes
+
+def single_prefill(c: FiCall) -> dict:
+    p = c.problem
+    if p.batch_size != 1:
+        raise Skip("single prefill takes one request")
+    q = c.views.input("q", p.q[0].contiguous())
+    k = c.views.input("k", to_layout(p.k[0], c.layout))
+    v = c.views.input("v", to_layout(p.v[0], c.layout))
+    c.ready("run")
+    res = c.fi.single_prefill_with_kv_cache(
+        q, k, v, causal=p.causal, kv_layout=c.layout, window_left=p.window_left,
+        sm_scale=c.sm_scale, backend=_backend(c), return_lse=p.return_lse)
+    out, lse = res if p.return_lse else (res, None)
+    return c.result(out, lse)
+
+
+def single_decode(c: FiCall) -> dict:
+    p = c.problem
+    if p.batch_size != 1 or p.qo_lens[0] != 1:
+        raise Skip("single decode takes one request with one query token")
+    if p.head_dim_vo != p.head_dim:
+        raise Skip("single_decode_with_kv_cache takes one head_dim for q, k and v")
+    q = c.views.input("q", p.q[0][0].contiguous())
+    k = c.views.input("k", to_layout(p.k[0], c.layout))
+    v = c.views.input("v", to_layout(p.v[0], c.layout))
+    c.ready("run")
+    res = c.fi.single_decode_with_kv_cache(
+        q, k, v, kv_layout=c.layout, window_left=p.window_left, sm_scale=c.sm_scale,
+        use_tensor_cores=c.case.backend == "fi_tc", return_lse=p.return_lse)
+    out, lse = res if p.return_lse else (res, None)
+    return c.result(out.unsqueeze(0), None if lse is None else lse.unsqueeze(0))
+
+
+# ------------------------------------------------------------------ batch routes
+
+def _paged(c: FiCall):
+    p = c.problem
+    paged = build_paged(p, int(c.params.get("page_size", 16)), c.layout,
+                        c.params.get("page_order", "shuffled"),
+                        int(c.params.get("page_id_offset", 0)), c.case.seed)
+    idx = {
+        "kv_indptr": c.views.index("kv_indptr", paged.indptr, "cpu"),
+        "kv_indices": c.views.index("kv_indices", paged.indices, c.device),
+        "last_page_len": c.views.index("last_page_len", paged.last_page_len, "cpu"),
+    }
+    form = c.params.get("cache_form", "tuple")
+    cache = paged.cache(form)
+    if form == "single":
+        cache = c.views.input("kv_cache", cache)
+    else:
+        cache = (c.views.input("k_cache", cache[0]), c.views.input("v_cache", cache[1]))
+    return paged, idx, cache
+
+
+def _outputs(c: FiCall):
+    out_rows, rows = planned_rows(c)
+    return c.out(out_rows), c.lse(out_rows), rows
+
+
+def _no_partial_state(c: FiCall) -> None:
+    if c.params.get("partial_state"):
+        raise Skip("FlashInfer's paged run() takes no partial_state to merge into")
+
+
+def prepare_paged_prefill(c: FiCall) -> Prepared:
+    p = c.problem
+    _no_partial_state(c)
+    paged, idx, cache = _paged(c)
+    qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
+    wrapper = c.fi.BatchPrefillWithPagedKVCacheWrapper(
+        c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+        backend=_backend(c), **_graph_buffers(c, len(paged.indices), PAGED_PREFILL_BUFS))
+    q, cache = perturb(c, p.q_packed(), cache)
+    q = c.views.input("q", q)
+    out, lse, rows = _outputs(c)
+    plan_kw = dict(qo_indptr=qo_indptr, paged_kv_indptr=idx["kv_indptr"],
+                   paged_kv_indices=idx["kv_indices"], paged_kv_last_page_len=idx["last_page_len"],
+                   num_qo_heads=p.num_qo_heads, num_kv_heads=p.num_kv_heads,
+                   head_dim_qk=p.head_dim, page_size=paged.page_size, head_dim_vo=p.head_dim_vo,
+                   causal=p.causal, window_left=p.window_left, sm_scale=c.sm_scale,
+                   q_data_type=p.dtype, kv_data_type=p.dtype)
+    return Prepared(wrapper, plan_kw, (q, cache), dict(out=out, lse=lse, return_lse=p.return_lse),
+                    out, lse, rows)
+
+
+def prepare_ragged_prefill(c: FiCall) -> Prepared:
+    p = c.problem
+    if c.layout != "NHD":
+        raise Skip("ragged k/v are token-major (NHD) only")
+    qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
+    kv_indptr = c.views.index("kv_indptr", p.kv_indptr.tolist(), "cpu")
+    wrapper = c.fi.BatchPrefillWithRaggedKVCacheWrapper(
+        c.workspace(), kv_layout="NHD", use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+        backend=_backend(c), **_graph_buffers(c, 0, RAGGED_BUFS))
+    q, k, v = perturb_ragged(c, p.q_packed(), p.k_packed(), p.v_packed())
+    q, k, v = c.views.input("q", q), c.views.input("k", k), c.views.input("v", v)
+    out, lse, rows = _outputs(c)
+    plan_kw = dict(qo_indptr=qo_indptr, kv_indptr=kv_indptr, num_qo_heads=p.num_qo_heads,
+                   num_kv_heads=p.num_kv_heads, head_dim_qk=p.head_dim, head_dim_vo=p.head_dim_vo,
+                   causal=p.causal, window_left=p.window_left, sm_scale=c.sm_scale,
+                   q_data_type=p.dtype, kv_data_type=p.dtype)
+    return Prepared(wrapper, plan_kw, (q, k, v), dict(out=out, lse=lse, return_lse=p.return_lse),
+                    out, lse, rows)
+
+
+def prepare_batch_decode(c: FiCall) -> Prepared:
+    p = c.problem
+    if any(n != 1 for n in p.qo_lens):
+        raise Skip("batch decode takes one query token per request")
+    if p.head_dim_vo != p.head_dim:
+        raise Skip("batch decode plans one head_dim for k and v")
+    if p.causal:
+        raise Skip("batch decode has no causal flag (one query token sees its whole KV)")
+    paged, idx, cache = _paged(c)
+    wrapper = c.fi.BatchDecodeWithPagedKVCacheWrapper(
+        c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+        use_tensor_cores=c.case.backend == "fi_tc", backend="fa2",
+        **_graph_buffers(c, len(paged.indices), DECODE_BUFS))
+    q, cache = perturb(c, p.q_packed(), cache)
+    q = c.views.input("q", q)
+    out, lse, rows = _outputs(c)
+    plan_kw = dict(indptr=idx["kv_indptr"], indices=idx["kv_indices"],
+                   last_page_len=idx["last_page_len"], num_qo_heads=p.num_qo_heads,
+                   num_kv_heads=p.num_kv_heads, head_dim=p.head_dim, page_size=paged.page_size,
+                   window_left=p.window_left, q_data_type=p.dtype, kv_data_type=p.dtype,
+                   sm_scale=c.sm_scale)
+    return Prepared(wrapper, plan_kw, (q, cache), dict(out=out, lse=lse, return_lse=p.return_lse),
+                    out, lse, rows)
+
+
+PREPARE = {
+    "paged_prefill": prepare_paged_prefill,
+    "ragged_prefill": prepare_ragged_prefill,
+    "batch_decode": prepare_batch_decode,
+}
+
+
+def plan_and_run(c: FiCall, prep: Prepared) -> dict:
+    c.ready("plan")
+    prep.plan()
+    c.buffers.stage("run")
+    prep.run()
+    return c.result(prep.out, prep.lse, prep.rows)
+
+
+# ------------------------------------------------------------------ merge
+
+def merge_state(c: FiCall) -> dict:
+    """Two partial states per request (KV halves, through FlashInfer), merged back."""
+    p = c.problem
+    if p.causal or p.window_left >= 0:
+        raise Skip("merge cases split KV in halves; a mask would not split with it")
+    if any(n < 2 for n in p.kv_lens):
+        raise Skip("merge cases need kv_len >= 2 so both halves are non-empty")
+    rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
+    halves = []
+    c.buffers.stage("partial")
+    for half in (0, 1):
+        o_half, s_half = [], []
+        for q, k, v, lk in zip(p.q, p.k, p.v, p.kv_lens):
+            sl = slice(0, lk // 2) if half == 0 else slice(lk // 2, lk)
+            o, s = c.fi.single_prefill_with_kv_cache(
+                q.contiguous(), k[sl].contiguous(), v[sl].contiguous(), causal=False,
+                kv_layout="NHD", window_left=-1, sm_scale=c.sm_scale, backend="fa2",
+                return_lse=True)
+            o_half.append(o)
+            s_half.append(s)
+        halves.append((c.buffers.place(torch.cat(o_half), f"o_{'ab'[half]}"),
+                       c.buffers.place(torch.cat(s_half).float(), f"lse_{'ab'[half]}")))
+    (va, sa), (vb, sb) = halves
+    merge = c.params.get("merge", "out_of_place")
+    if merge == "out_of_place":
+        va, sa = c.views.input("v_a", va), c.views.input("s_a", sa)
+        vb, sb = c.views.input("v_b", vb), c.views.input("s_b", sb)
+        c.ready("run")
+        v, s = c.fi.merge_state(va, sa, vb, sb)
+    elif merge == "in_place":
+        v = c.views.output("v", (rows, hq, dv), p.dtype)
+        s = c.views.output("s", (rows, hq), torch.float32)
+        v.copy_(va)
+        s.copy_(sa)
+        vb, sb = c.views.input("v_other", vb), c.views.input("s_other", sb)
+        c.ready("run")
+        c.fi.merge_state_in_place(v, s, vb, sb)
+    else:
+        raise Skip(f"merge must be out_of_place or in_place, got {merge!r}")
+    return c.result(v, s)
+
+
+OPS = {
+    "single_prefill": single_prefill,
+    "single_decode": single_decode,
+    "paged_prefill": lambda c: plan_and_run(c, prepare_paged_prefill(c)),
+    "ragged_prefill": lambda c: plan_and_run(c, prepare_ragged_prefill(c)),
+    "batch_decode": lambda c: plan_and_run(c, prepare_batch_decode(c)),
+    "merge_state": merge_state,
+}
+
+
+# ------------------------------------------------------------------ the target
+
+# The bundled routes whose cases each FlashInfer route runs, in order; a case id
+# already taken (the same variant on an earlier alias) is not repeated. Cases keep
+# the bundled case's seed, so both targets see the same tensors.
+ALIASES = {
+    "fi_fa2.single_prefill": ("fa2.single_prefill",),
+    "fi_fa3.single_prefill": ("fa2.single_prefill",),
+    "fi_fa2.single_decode": ("fa2.single_decode",),
+    "fi_tc.single_decode": ("fa2.single_decode",),
+    "fi_fa2.paged_prefill": ("fa2.paged_prefill",),
+    "fi_fa3.paged_prefill": ("fa2.paged_prefill",),
+    "fi_fa2.ragged_prefill": ("fa2.ragged_prefill",),
+    "fi_fa3.ragged_prefill": ("fa2.ragged_prefill",),
+    "fi_fa2.batch_decode": ("fa2.batch_decode", "aiter.batch_decode", "ll4mi.batch_decode"),
+    "fi_tc.batch_decode": ("fa2_tc.batch_decode", "aiter.batch_decode", "ll4mi.batch_decode"),
+    "fi.merge_state": ("fa2.merge_state",),
+}
+
+
+def family_cases(routes, families=None) -> list:
+    """The families' cases on FlashInfer's routes.
+
+    Some families name the bundled routes they apply to (graph_replan,
+    restaged_indptr, small_head); generating on the bundled aliases and
+    re-routing lets every family reach the FlashInfer route that has the
+    same op and an analogue of the behaviour.
+    """
+    from dataclasses import replace
+
+    import cases as families_pkg
+    from harness.routes import BUNDLED_ROUTES
+    by_route: dict = {}
+    for case in families_pkg.generate(families, routes=BUNDLED_ROUTES):
+        by_route.setdefault(case.route, []).append(case)
+    out, seen = [], set()
+    for route in routes:
+        for alias in ALIASES.get(route, ()):
+            for case in by_route.get(alias, ()):
+                moved = replace(case, route=route)
+                if moved.id not in seen:
+                    seen.add(moved.id)
+                    out.append(moved)
+    return out
+
+
+class FlashInferTarget(Target):
+    name = "flashinfer"
+
+    def __init__(self, fi, device: torch.device, routes: tuple[str, ...]):
+        self.fi = fi
+        self.device = torch.device(device)
+        self.routes = tuple(routes)
+
+    def version(self) -> str:
+        return str(getattr(self.fi, "__version__", "?"))
+
+    def commit(self) -> str:
+        return str(getattr(self.fi, "__git_commit__", "") or "")
+
+    def platform(self) -> str:
+        if self.device.type != "cuda":
+            return "cpu"
+        return "amd" if getattr(torch.version, "hip", None) else "nvidia"
+
+    def cases(self, families=None) -> list:
+        return family_cases(self.routes, families)
+
+    def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
+        if case.route not in self.routes:
+            raise Skip(f"flashinfer has no route {case.route!r} here (routes: "
+                       f"{', '.join(self.routes)})")
+        if problem.dtype_name == "fp32":
+            raise Skip("FlashInfer's attention kernels take fp16/bf16 (or fp8) inputs, not fp32")
+        c = FiCall(case, problem, buffers, self.fi)
+        if c.params.get("scenario"):
+            from harness.targets.flashinfer_scenarios import run_scenario
+            return run_scenario(c)
+        return OPS[case.op](c)
+
+
+def routes_for_device(device: torch.device) -> tuple[str, ...]:
+    """fa2 routes everywhere; fa3 where the GPU is Hopper (sm_90) and CUDA, not ROCm."""
+    routes = ROUTES_FA2
+    if device.type == "cuda" and not getattr(torch.version, "hip", None):
+        if torch.cuda.get_device_capability(device)[0] == 9:
+            routes = routes + ROUTES_FA3
+    return routes
+
+
+def make_target(module: Any = None, device: torch.device | str | None = None) -> FlashInferTarget:
+    """The flashinfer target over the installed package (or `module`, a stand-in with its API)."""
+    if module is None:
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"flashinfer target: no GPU visible to torch; {INSTALL_HINT}")
+        try:
+            import flashinfer as module
+        except ImportError as error:
+            raise RuntimeError(f"flashinfer target: cannot import flashinfer ({error}); "
+                               f"{INSTALL_HINT}") from error
+    if device is None:
+        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(device)
+    return FlashInferTarget(module, device, routes_for_device(device))
