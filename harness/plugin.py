@@ -184,6 +184,11 @@ def pytest_configure(config):
     if config.pluginmanager.hasplugin("xdist") and config.getoption("maxworkerrestart", None) is None:
         # Every crash costs a worker; xdist's default (4 per worker) would end the run.
         config.option.maxworkerrestart = "1000000"
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # Host kernels and the CPU reference each use every core by default;
+        # N workers doing that oversubscribe the machine N-fold.
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # SIGTERM ends the run like Ctrl-C: finished rows are on disk already,
         # and sessionfinish still records what is pending.
