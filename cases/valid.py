@@ -78,6 +78,9 @@ def _single_prefill():
     p = _base("fp16", 64, (4, 4), qo_lens=[40], kv_lens=[40], causal=False, window_left=0,
               return_lse=True, layout="NHD")
     yield "window0", p, _tag(p, "q40k40")
+    p = _base("bf16", 128, (4, 2), head_dim_vo=64, qo_lens=[19], kv_lens=[53], causal=True,
+              window_left=-1, return_lse=True, layout="HND")
+    yield "vo_dim", p, _tag(p, "q19k53", "hnd")
 
 
 # ---------------------------------------------------------------- single decode
@@ -174,6 +177,12 @@ def _batch_prefill_extras(paged):
                   window_left=-1, return_lse=True, **extra)
         yield "vo_dim", p, _tag(p, *bits, "b3", _mask_tag(causal, -1))
 
+    # CUDA-graph mode: fixed caller-owned index buffers, always split KV.
+    extra, bits = paged_bits(16, "NHD", "tuple")
+    p = _base("bf16", 64, (8, 2), qo_lens=[6, 13, 2], kv_lens=[45, 90, 17], causal=True,
+              window_left=-1, return_lse=True, use_cuda_graph=True, **extra)
+    yield "cuda_graph", p, _tag(p, *bits, "b3", "causal")
+
     if paged:
         # Page ids past 65,535: a 16-bit page id would wrap. Page size 1 keeps the pool small.
         p = _base("fp16", 64, (4, 1), qo_lens=[3, 9], kv_lens=[40, 25], causal=True,
@@ -220,6 +229,10 @@ def _batch_decode():
               window_left=-1, return_lse=True, layout="NHD", page_size=1, cache_form="tuple",
               page_order="shuffled", page_id_offset=65536)
     yield "page_ids_past_64k", p, _tag(p, "p1", "b2")
+    p = _base("fp16", 128, (8, 2), qo_lens=[1] * 5, kv_lens=[33, 70, 1, 16, 129], causal=False,
+              window_left=-1, return_lse=True, layout="NHD", page_size=16, cache_form="tuple",
+              page_order="shuffled", use_cuda_graph=True)
+    yield "cuda_graph", p, _tag(p, "p16", "b5")
 
 
 # ---------------------------------------------------------------- merge state
