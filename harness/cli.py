@@ -171,6 +171,10 @@ def cmd_check(args) -> int:
 
     results = Path(args.results) if args.results else default_results_path()
     cmd = pytest_command(args, results)
+    try:  # before the run: the cases pytest is about to collect
+        expected = {c.id for c in _select(args)}
+    except Exception:
+        expected = set()
     start = time.perf_counter()
     env = dict(os.environ)
     env.setdefault("PYTHONPATH", str(ROOT))
@@ -193,10 +197,6 @@ def cmd_check(args) -> int:
     print(f"results: {results}")
     if rc not in (0, 1):
         return rc
-    try:
-        expected = {c.id for c in _select(args)}
-    except Exception:
-        expected = set()
     missing = expected - set(df["case_id"])
     if missing:
         print(f"check: {len(missing)} case(s) have no row, e.g. {sorted(missing)[:3]}",
