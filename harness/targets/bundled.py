@@ -55,7 +55,7 @@ import torch
 from harness.routes import BUNDLED_ROUTES
 from harness.targets.base import Skip, Target
 from harness.targets.bundled_layout import Views, block_table, build_paged, to_layout
-from harness.targets.bundled_mismatch import perturb, perturb_ragged, planned_rows
+from harness.targets.bundled_mismatch import perturb, perturb_ragged, planned_rows, short_rows
 
 WORKSPACE_BYTES = 32 << 20
 
@@ -83,12 +83,15 @@ class Call:
 
     def out(self, rows: int, name: str = "out"):
         p = self.problem
-        return self.views.output(name, (rows, p.num_qo_heads, p.head_dim_vo), p.dtype)
+        per_row = p.num_qo_heads * p.head_dim_vo
+        return self.views.output(name, (rows, p.num_qo_heads, p.head_dim_vo), p.dtype,
+                                 512 + short_rows(self) * per_row)
 
     def lse(self, rows: int, name: str = "lse"):
         if not self.problem.return_lse:
             return None
-        return self.views.output(name, (rows, self.problem.num_qo_heads), torch.float32)
+        return self.views.output(name, (rows, self.problem.num_qo_heads), torch.float32,
+                                 512 + short_rows(self) * self.problem.num_qo_heads)
 
     def workspace(self) -> torch.Tensor:
         n = int(self.params.get("workspace_bytes", WORKSPACE_BYTES))

@@ -55,14 +55,14 @@ class Views:
         self.buffers.watch(t, name)
         return t
 
-    def output(self, name: str, shape, dtype) -> torch.Tensor:
+    def output(self, name: str, shape, dtype, canary_elems: int = 512) -> torch.Tensor:
         """A canary-banded, NaN-poisoned output; strided when the case names it."""
         shape = tuple(int(n) for n in shape)
         if self.strided == name:
             self.used.add(name)
-            wide = self.buffers.output((*shape[:-1], 2 * shape[-1]), dtype, name)
+            wide = self.buffers.output((*shape[:-1], 2 * shape[-1]), dtype, name, canary_elems)
             return wide[..., ::2]
-        return self.buffers.output(shape, dtype, name)
+        return self.buffers.output(shape, dtype, name, canary_elems)
 
     def check_used(self) -> None:
         """A case naming a tensor this route never passes cannot be expressed here."""

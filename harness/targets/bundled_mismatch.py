@@ -12,7 +12,8 @@ Fields (params["mismatch"] = {"field": f, "value": n}):
   head_dim_vo    v (v_cache, ragged v) with last dim n
   page_size      the same pool viewed as pages of n tokens
   rank           q flattened to [rows, heads * head_dim]
-  q_rows         q and out with n rows. n below the plan must be refused;
+  q_rows         q and out with n rows. n below the plan must be refused (out's canary
+                 band is widened to hold the rows a run writes anyway);
                  above it is the padding CUDA-graph callers use, allowed up
                  to capacity: the first planned rows are compared
   kv_rows        ragged k and v with n rows
@@ -65,6 +66,15 @@ def planned_rows(c):
     if field == "q_rows":
         return n, planned
     return planned, planned
+
+
+def short_rows(c) -> int:
+    """Planned rows a short q leaves out without: a run that writes them anyway lands in
+    out's canary band, sized to hold them, so the harness sees `corrupt`, not a heap
+    overrun that kills the process at some later free()."""
+    field, n = _field(c)
+    planned = sum(c.problem.qo_lens)
+    return max(0, planned - n) if field == "q_rows" else 0
 
 
 def _head_axis(c, form: str) -> int:
