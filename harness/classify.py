@@ -6,9 +6,16 @@ Precedence, first rule that applies:
   refused            the library raised; `unexpected_refusal` when the case
                      does not allow a refusal. A refusal whose message lacks
                      one of case.refuse_words keeps the outcome but fails.
-  silent             the case must be refused and the library ran
+  silent             the case must be refused, the library ran, and its answer
+                     cannot be judged: there is no reference, or the case marks
+                     its answer undefined (params["undefined_answer"]: run()
+                     tensors that disagree with plan() have no right answer)
   wrong              an output differs from the reference beyond tolerance
-  match
+                     (a must-refuse input with a defined answer, such as a
+                     strided view, is judged by its values too: a quiet wrong
+                     answer is the worst finding there is)
+  match              a must-refuse input computed right still fails its row,
+                     with a message saying so
 crash and hang are decided outside the worker (it died or stopped
 answering); crash_verdict and hang_verdict build those rows.
 """
@@ -75,11 +82,13 @@ def classify(case: Case, *, error: BaseException | None = None,
                            f"refusal does not name {', '.join(repr(w) for w in missing)}: {text}")
         return _verdict(case, "refused", text)
     summary = summarize(_named(comparisons))
-    if case.expect == "refuse":
+    if case.expect == "refuse" and (summary.n_total is None or case.params.get("undefined_answer")):
         values = f" ({summary.message or 'values match'})" if summary.n_total is not None else ""
         return _verdict(case, "silent", f"ran without error; the case must be refused{values}")
     if not summary.ok:
         return _verdict(case, "wrong", summary.message)
+    if case.expect == "refuse":
+        return _verdict(case, "match", "computed right, but the case expects a refusal")
     return _verdict(case, "match", "")
 
 

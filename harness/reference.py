@@ -22,18 +22,37 @@ _LOGITS_BUDGET = 1 << 24   # elements of one logits block (128 MiB in fp64)
 
 
 class NoReference(ValueError):
-    """The problem has no defined answer (the GQA group does not divide)."""
+    """The problem has no defined answer (no kv heads, or no q heads)."""
 
 
 def compute_dtype(device: torch.device) -> torch.dtype:
     return torch.float64 if torch.device(device).type == "cpu" else torch.float32
 
 
+def kv_head_map(num_qo_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """The kv head each q head reads: qo_head // (Hq // Hkv) when the group divides.
+
+    When it does not (12 q heads over 8 kv heads), there is no standard GQA and
+    such inputs must be refused; the reference still defines the one mapping that
+    spreads q heads evenly over every kv head (kv = qo * Hkv // Hq), so a library
+    that runs anyway is judged by its values (seed 002 reports "wrong output"),
+    not only as silent. With no kv heads there is nothing to attend to.
+    """
+    if num_kv_heads <= 0 or num_qo_heads <= 0:
+        raise NoReference(
+            f"num_qo_heads={num_qo_heads}, num_kv_heads={num_kv_heads}: "
+            "attention needs at least one head of each; there is no reference")
+    qo = torch.arange(num_qo_heads)
+    if num_qo_heads % num_kv_heads == 0:
+        return qo // (num_qo_heads // num_kv_heads)
+    return qo * num_kv_heads // num_qo_heads
+
+
 def group_size(num_qo_heads: int, num_kv_heads: int) -> int:
+    """Hq // Hkv; NoReference when the group does not divide."""
     if num_kv_heads <= 0 or num_qo_heads % num_kv_heads != 0:
         raise NoReference(
-            f"num_qo_heads={num_qo_heads} is not a multiple of num_kv_heads={num_kv_heads}: "
-            "GQA is undefined, there is no reference")
+            f"num_qo_heads={num_qo_heads} is not a multiple of num_kv_heads={num_kv_heads}")
     return num_qo_heads // num_kv_heads
 
 
@@ -51,11 +70,12 @@ def visible_mask(qo_len: int, kv_len: int, causal: bool, window_left: int,
     return mask
 
 
-def _one_request(q, k, v, group, scale, mask, ct):
+def _one_request(q, k, v, heads, scale, mask, ct):
     # q [L, Hq, D], k [K, Hkv, D], v [K, Hkv, Dv] -> o [L, Hq, Dv], lse [L, Hq]
     q, k, v = q.to(ct), k.to(ct), v.to(ct)
-    k = k.repeat_interleave(group, dim=1)   # kv_head = qo_head // group
-    v = v.repeat_interleave(group, dim=1)
+    heads = heads.to(k.device)
+    k = k.index_select(1, heads)   # q head h reads kv head heads[h]
+    v = v.index_select(1, heads)
     # Query rows in blocks so the [Hq, rows, K] logits stay a bounded size.
     rows = max(1, _LOGITS_BUDGET // max(1, q.shape[1] * k.shape[0]))
     outs, lses = [], []
@@ -71,13 +91,13 @@ def _one_request(q, k, v, group, scale, mask, ct):
 
 def attention_reference(problem: Problem) -> dict[str, torch.Tensor]:
     """{"o": [total_q, Hq, Dv], "lse": [total_q, Hq]} in fp64 (CPU) / fp32 (GPU)."""
-    group = group_size(problem.num_qo_heads, problem.num_kv_heads)
+    heads = kv_head_map(problem.num_qo_heads, problem.num_kv_heads)
     ct = compute_dtype(problem.device)
     dev = problem.device
     outs, lses = [], []
     for q, k, v, lq, lk in zip(problem.q, problem.k, problem.v, problem.qo_lens, problem.kv_lens):
         mask = visible_mask(lq, lk, problem.causal, problem.window_left, dev)
-        o, lse = _one_request(q, k, v, group, problem.sm_scale, mask, ct)
+        o, lse = _one_request(q, k, v, heads, problem.sm_scale, mask, ct)
         outs.append(o)
         lses.append(lse)
     hq, dv = problem.num_qo_heads, problem.head_dim_vo

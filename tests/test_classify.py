@@ -10,8 +10,9 @@ from harness.compare import Comparison
 P = {"head_dim": 8, "num_qo_heads": 2, "qo_lens": [1], "kv_lens": [1]}
 
 
-def case(expect="match", words=()):
-    return Case("fa2.single_prefill", "fake", f"v_{expect}", P, expect=expect, refuse_words=words)
+def case(expect="match", words=(), **params):
+    return Case("fa2.single_prefill", "fake", f"v_{expect}", {**P, **params}, expect=expect,
+                refuse_words=words)
 
 
 OK = Comparison(True, 1e-3, 0, 16, None)
@@ -33,10 +34,14 @@ CASES = [
     ("refused_or_match", case("match_or_refuse"), {"error": RuntimeError("no")}, "refused", True,
      ["RuntimeError"]),
     ("unexpected_refusal", case(), {"error": ERR}, "unexpected_refusal", False, ["ValueError"]),
-    ("silent", case("refuse", ("num_kv_heads",)), {"comparisons": [("o", OK)]}, "silent", False,
+    ("silent_no_reference", case("refuse", ("num_kv_heads",)), {}, "silent", False,
      ["must be refused"]),
-    ("silent_with_wrong_values", case("refuse"), {"comparisons": [("o", BAD)]}, "silent", False,
+    ("silent_undefined_answer", case("refuse", undefined_answer=True), {"comparisons": [("o", BAD)]},
+     "silent", False, ["must be refused", "3/16 wrong"]),
+    ("refuse_case_run_wrong", case("refuse"), {"comparisons": [("o", BAD)]}, "wrong", False,
      ["3/16 wrong"]),
+    ("refuse_case_run_right", case("refuse"), {"comparisons": [("o", OK)]}, "match", False,
+     ["expects a refusal"]),
     ("corrupt_beats_match", case(), {"comparisons": [("o", OK)], "corruption": ["input k changed"]},
      "corrupt", False, ["input k changed"]),
     ("corrupt_beats_refusal", case("refuse"), {"error": ERR, "corruption": ["canary after o: 1"]},

@@ -66,8 +66,9 @@ CASES = [
     ("unexpected_refusal", case(), "refuse", "unexpected_refusal", False),
     ("corrupt_write_past_end", case(), "corrupt", "corrupt", False),
     ("corrupt_input", case(), "touch_input", "corrupt", False),
-    ("silent", case("refuse", ("num_kv_heads",)), "ok", "silent", False),
-    ("silent_no_reference", case("refuse", num_qo_heads=12, num_kv_heads=8),
+    ("silent", case("refuse", ("num_kv_heads",), undefined_answer=True), "ok", "silent", False),
+    ("refuse_case_computed_right", case("refuse"), "ok", "match", False),
+    ("silent_no_reference", case("refuse", num_qo_heads=8, num_kv_heads=0),
      "silent_no_reference", "silent", False),
     ("skipped", case(), "skip", "skipped", True),
     ("expected_override", case(), "expected_override", "match", True),
@@ -110,7 +111,7 @@ def test_missing_lse_is_wrong():
 
 def test_match_case_without_reference_is_a_case_bug():
     with pytest.raises(CaseBug, match="no reference"):
-        execute_case(case(num_qo_heads=12, num_kv_heads=8), FakeTarget("silent_no_reference"),
+        execute_case(case(num_qo_heads=8, num_kv_heads=0), FakeTarget("silent_no_reference"),
                      device="cpu")
 
 

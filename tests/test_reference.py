@@ -107,11 +107,23 @@ def test_fully_masked_rows_give_zero_and_minus_inf():
     assert not torch.isnan(ref["o"]).any()
 
 
-@pytest.mark.parametrize("hq,hkv", [(12, 8), (4, 8), (4, 0)], ids=["12_over_8", "4_over_8", "0_kv"])
-def test_undividable_heads_build_but_have_no_reference(hq, hkv):
+@pytest.mark.parametrize("hq,hkv", [(12, 8), (4, 8)], ids=["12_over_8", "4_over_8"])
+def test_undividable_heads_use_the_spread_mapping(hq, hkv):
     problem = build_problem({**BASE, "num_qo_heads": hq, "num_kv_heads": hkv,
                              "qo_lens": [2], "kv_lens": [3]}, seed=0, device="cpu")
-    assert problem.k[0].shape == (3, hkv, 16)
+    ref = attention_reference(problem)
+    # q head h attends kv head h * hkv // hq: check one head against a dense computation.
+    h = hq - 1
+    kv = h * hkv // hq
+    q, k, v = (t.double() for t in (problem.q[0][:, h], problem.k[0][:, kv], problem.v[0][:, kv]))
+    p = torch.softmax(q @ k.T * problem.sm_scale, dim=-1)
+    torch.testing.assert_close(ref["o"][:, h], p @ v)
+
+
+def test_no_kv_heads_build_but_have_no_reference():
+    problem = build_problem({**BASE, "num_qo_heads": 4, "num_kv_heads": 0,
+                             "qo_lens": [2], "kv_lens": [3]}, seed=0, device="cpu")
+    assert problem.k[0].shape == (3, 0, 16)
     with pytest.raises(NoReference, match="num_qo_heads=.*num_kv_heads="):
         attention_reference(problem)
     assert issubclass(NoReference, ValueError)
@@ -179,3 +191,11 @@ def test_long_requests_are_computed_in_row_blocks(monkeypatch):
     torch.testing.assert_close(blocked["o"], whole["o"], rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(blocked["lse"], whole["lse"], rtol=1e-13, atol=1e-13)
     assert whole["o"].shape == (9, 4, 16)
+
+
+def test_undividable_group_spreads_q_heads_over_every_kv_head():
+    from harness.reference import kv_head_map
+    assert kv_head_map(12, 8).tolist() == [0, 0, 1, 2, 2, 3, 4, 4, 5, 6, 6, 7]
+    assert kv_head_map(8, 2).tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    with pytest.raises(ValueError, match="num_kv_heads=0"):
+        kv_head_map(8, 0)
