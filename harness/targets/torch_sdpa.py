@@ -29,10 +29,12 @@ How a case becomes a call:
            case first calls SDPA (its output and its input checks are what
            the row tests), then that op for the LSE; elsewhere it is skipped
 
-A backend whose documented envelope excludes the inputs (dtype, head_dim,
-an attention mask) is asked first through torch.backends.cuda.can_use_*:
-a case that must match is skipped with torch's reason, not counted as a
-refusal. Cases that may or must be refused always reach torch.
+A backend whose envelope excludes the inputs (dtype, head dims, an
+attention mask) is asked first, on clean contiguous stand-ins of the same
+shapes: torch.backends.cuda.can_use_* on CUDA, a dry run on the CPU. A case
+that must match is then skipped with torch's reason, not counted as a
+refusal; its adversarial layout never decides that. Cases that may or must
+be refused always reach torch.
 """
 from __future__ import annotations
 
@@ -159,11 +161,7 @@ def envelope_refusal(backend: str, device: torch.device, dtype, hq: int, hkv: in
     Asked on clean, contiguous stand-ins of the case's shape, so an
     adversarial layout (strides, an odd head count) never turns into a skip.
     """
-    if device.type != "cuda" or backend not in _CAN_USE:
-        return None
-    from torch.backends import cuda as tbc
-    can_use = getattr(tbc, _CAN_USE[backend], None)
-    if can_use is None:
+    if backend == "sdpa_math":
         return None
     gqa = hq != hkv and hkv > 0 and hq % hkv == 0
     hkv = hkv if gqa else hq
@@ -171,8 +169,19 @@ def envelope_refusal(backend: str, device: torch.device, dtype, hq: int, hkv: in
     def blank(h, n, e):
         return torch.zeros(1, h, max(n, 1), e, dtype=dtype, device=device)
 
-    params = tbc.SDPAParams(blank(hq, qo_len, d), blank(hkv, kv_len, d), blank(hkv, kv_len, dv),
-                            mask, 0.0, is_causal, gqa)
+    q, k, v = blank(hq, qo_len, d), blank(hkv, kv_len, d), blank(hkv, kv_len, dv)
+    if device.type != "cuda":
+        # No can_use_* for the CPU kernels: a dry run on the blanks answers the same.
+        try:
+            _call_sdpa(backend, q, k, v, mask, is_causal, None, gqa)
+        except RuntimeError as error:
+            return f"{backend} cannot take these inputs ({error})"
+        return None
+    from torch.backends import cuda as tbc
+    can_use = getattr(tbc, _CAN_USE.get(backend, ""), None)
+    if can_use is None:
+        return None
+    params = tbc.SDPAParams(q, k, v, mask, 0.0, is_causal, gqa)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         ok = can_use(params, True)
@@ -251,9 +260,9 @@ class SdpaTarget(Target):
         if not p.return_lse:
             return result
         # Head counts no GQA group divides have no reference, and a must-refuse
-        # case that ran is `silent` whatever its values: the public call alone
-        # decides those rows (the backend's private op must not), and the
-        # row's values compare the output only.
+        # case that ran fails whatever its LSE: the public call alone decides
+        # those rows (the backend's private op, which skips the public checks,
+        # must not), and their values compare the output only.
         divides = p.num_kv_heads > 0 and p.num_qo_heads % p.num_kv_heads == 0
         if not divides:
             return result
