@@ -9,7 +9,11 @@
 #   setup     unpack .whl/ into $SITE, import flashinfer, record versions and routes
 #   sdpa      every family, --target torch-sdpa            -> results/gpu/sdpa.jsonl
 #   prewarm   compile FlashInfer's JIT modules: one case per (route, dtype, head dims,
-#             window) through `harness repro`, PREWARM_PROCS at a time, fa3 first
+#             window) through `harness repro`, PREWARM_PROCS at a time, fa3 first.
+#             The families need ~90 modules with fa3 (~60 without); a fa2 batch-prefill
+#             module is 10 nvcc objects, fa3 ones are heavier: expect tens of minutes
+#             of 16-core compile in all, so run prewarm in more than one call or set
+#             FI_ROUTES to fa2 routes first
 #   fi        every family, --target flashinfer            -> results/gpu/flashinfer.jsonl
 #             (resumes: cases that already have a row are not run again)
 #   summary   outcome counts per target x route x family, every class of failing row
@@ -22,14 +26,15 @@
 # only re-unpacks (~20 s) and recompiles what it needs.
 #
 # Knobs: FAMILIES (comma list, all), FI_ROUTES (comma list of flashinfer routes, all),
-# WORKERS (xdist workers, 8), PREWARM_PROCS (12), CASE_TIMEOUT (s per case, 600),
+# WORKERS (xdist workers, 8), PREWARM_PROCS (8), MAX_JOBS (nvcc jobs per module),
+# CASE_TIMEOUT (s per case, 600),
 # DEADLINE_S (540), SITE (/tmp/fi_site), FI_WS (/tmp/fi_ws), CUDA_HOME.
 set -uo pipefail
 
 START=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-540}
 WORKERS=${WORKERS:-8}
-PREWARM_PROCS=${PREWARM_PROCS:-12}
+PREWARM_PROCS=${PREWARM_PROCS:-8}
 CASE_TIMEOUT=${CASE_TIMEOUT:-600}
 FAMILIES=${FAMILIES:-}
 FI_ROUTES=${FI_ROUTES:-}
@@ -42,6 +47,10 @@ export PATH="$CUDA_HOME/bin:$PATH"
 export FLASHINFER_NO_DOWNLOAD=1
 export FLASHINFER_WORKSPACE_BASE=${FI_WS:-/tmp/fi_ws}
 export PYTHONUNBUFFERED=1
+# nvcc jobs per JIT module: with PREWARM_PROCS modules (or WORKERS xdist workers)
+# building at once this keeps ~1 job a core, and nvcc's memory (GBs per cutlass
+# fa3 object) inside the machine's 128 GiB.
+export MAX_JOBS=${MAX_JOBS:-$(( ($(nproc) + PREWARM_PROCS - 1) / PREWARM_PROCS ))}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 cd "$(dirname "$0")/.."
