@@ -104,19 +104,30 @@ def _lse_cpu_flash(q, k, v, mask, is_causal, scale):
     return lse
 
 
+def _heads_of(q, k, v):
+    """k, v with q's head count: the CUDA ops take no GQA group (SDPA expands for them too)."""
+    group = q.shape[1] // k.shape[1]
+    if group == 1:
+        return k, v
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
 def _lse_cuda_flash(q, k, v, mask, is_causal, scale):
     if mask is not None:
         raise Skip("the flash op takes no attention mask")
+    k, v = _heads_of(q, k, v)
     return torch.ops.aten._scaled_dot_product_flash_attention(
         q, k, v, 0.0, is_causal, False, scale=scale)[1]
 
 
 def _lse_efficient(q, k, v, mask, is_causal, scale):
+    k, v = _heads_of(q, k, v)
     return torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, _additive(mask, q.dtype), True, 0.0, is_causal, scale=scale)[1]
 
 
 def _lse_cudnn(q, k, v, mask, is_causal, scale):
+    k, v = _heads_of(q, k, v)
     return torch.ops.aten._scaled_dot_product_cudnn_attention(
         q, k, v, _additive(mask, q.dtype), True, 0.0, is_causal, False, scale=scale)[1]
 
