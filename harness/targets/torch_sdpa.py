@@ -88,12 +88,18 @@ def bottom_right_mask(qo_len: int, kv_len: int, causal: bool, window_left: int,
     return None if bool(keep.all()) else keep
 
 
-def _additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The boolean mask as the float bias the backends' own ops take (0 / -inf)."""
+def _additive(mask: torch.Tensor | None, dtype: torch.dtype, align: int = 1) -> torch.Tensor | None:
+    """The boolean mask as the float bias the backends' own ops take (0 / -inf).
+
+    align: the row stride is padded to a multiple of it, as SDPA does before
+    handing a mask to the CUDA kernels (they need aligned rows).
+    """
     if mask is None:
         return None
-    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-    return bias.masked_fill(~mask, float("-inf"))
+    rows, cols = mask.shape
+    padded = -(-cols // align) * align
+    bias = torch.zeros(rows, padded, dtype=dtype, device=mask.device)[:, :cols]
+    return bias.masked_fill_(~mask, float("-inf"))
 
 
 # ------------------------------------------------------------------ the LSE ops
@@ -123,13 +129,13 @@ def _lse_cuda_flash(q, k, v, mask, is_causal, scale):
 def _lse_efficient(q, k, v, mask, is_causal, scale):
     k, v = _heads_of(q, k, v)
     return torch.ops.aten._scaled_dot_product_efficient_attention(
-        q, k, v, _additive(mask, q.dtype), True, 0.0, is_causal, scale=scale)[1]
+        q, k, v, _additive(mask, q.dtype, 16), True, 0.0, is_causal, scale=scale)[1]
 
 
 def _lse_cudnn(q, k, v, mask, is_causal, scale):
     k, v = _heads_of(q, k, v)
     return torch.ops.aten._scaled_dot_product_cudnn_attention(
-        q, k, v, _additive(mask, q.dtype), True, 0.0, is_causal, False, scale=scale)[1]
+        q, k, v, _additive(mask, q.dtype, 16), True, 0.0, is_causal, False, scale=scale)[1]
 
 
 def _lse_op(backend: str, device: torch.device) -> Callable | None:
