@@ -104,6 +104,12 @@ def _additive(mask: torch.Tensor | None, dtype: torch.dtype, align: int = 1) -> 
 
 # ------------------------------------------------------------------ the LSE ops
 
+def _bias4d(q, mask):
+    """[B, Hq, L, S] view of the aligned additive mask, the shape SDPA hands the CUDA ops."""
+    bias = _additive(mask, q.dtype, 16)
+    return None if bias is None else bias.expand(q.shape[0], q.shape[1], *bias.shape)
+
+
 def _lse_cpu_flash(q, k, v, mask, is_causal, scale):
     o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         q, k, v, 0.0, is_causal, attn_mask=_additive(mask, q.dtype), scale=scale)
@@ -129,13 +135,13 @@ def _lse_cuda_flash(q, k, v, mask, is_causal, scale):
 def _lse_efficient(q, k, v, mask, is_causal, scale):
     k, v = _heads_of(q, k, v)
     return torch.ops.aten._scaled_dot_product_efficient_attention(
-        q, k, v, _additive(mask, q.dtype, 16), True, 0.0, is_causal, scale=scale)[1]
+        q, k, v, _bias4d(q, mask), True, 0.0, is_causal, scale=scale)[1]
 
 
 def _lse_cudnn(q, k, v, mask, is_causal, scale):
     k, v = _heads_of(q, k, v)
     return torch.ops.aten._scaled_dot_product_cudnn_attention(
-        q, k, v, _additive(mask, q.dtype, 16), True, 0.0, is_causal, False, scale=scale)[1]
+        q, k, v, _bias4d(q, mask), True, 0.0, is_causal, False, scale=scale)[1]
 
 
 def _lse_op(backend: str, device: torch.device) -> Callable | None:
