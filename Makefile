@@ -15,13 +15,15 @@ setup: $(VENV)/.ready
 $(VENV)/.ready: requirements.txt pyproject.toml
 	@if $(PYTHON) -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then \
 	  echo "setup: using the interpreter's own torch (GPU present)"; \
-	  $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  mkdir -p $(VENV)/bin; \
+	  printf '#!/bin/sh\nexec %s "$$@"\n' "$$($(PYTHON) -c 'import sys; print(sys.executable)')" > $(PY); \
+	  chmod +x $(PY); \
 	else \
 	  $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q torch==2.13.0; \
 	fi
 	@# A GPU machine may have no index to reach: keep what its interpreter already has.
-	@$(VENV)/bin/python -c "import numpy, pandas, pytest, xdist, pytest_rerunfailures, jinja2" 2>/dev/null || \
-	  $(VENV)/bin/pip install -q -r requirements.txt
+	@$(PY) -c "import numpy, pandas, pytest, xdist, pytest_rerunfailures, jinja2" 2>/dev/null || \
+	  $(PY) -m pip install -q -r requirements.txt
 	@touch $@
 
 build: setup
