@@ -108,7 +108,9 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
         raise
     except Exception as error:  # noqa: BLE001 - every library exception is an outcome
         if is_device_fault(error):
-            verdict = crash_verdict(case, f"device error {type(error).__name__}: {error}",
+            # The runtime's first line names the error; the rest is its advice text.
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            verdict = crash_verdict(case, f"device error {type(error).__name__}: {first_line}",
                                     buffers.current_stage)
             return done(verdict, error_type=type(error).__name__)
         corruption = buffers.check()
