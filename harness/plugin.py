@@ -173,6 +173,7 @@ def pytest_configure(config):
         run = Run(config, True, worker=worker_input.get("workerid", "gw?"), run_id=info["run_id"],
                   state_dir=info["state_dir"], done_ids=frozenset(info["done_ids"]))
         config.stash[RUN] = run
+        _pin_device(run.worker)
         return
     run = Run(config, False)
     config.stash[RUN] = run
@@ -208,6 +209,21 @@ def pytest_configure(config):
     config.pluginmanager.register(Controller(run), "harness-controller")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(run), "harness-xdist")
+
+
+def _pin_device(worker: str) -> None:
+    """Spread workers over the host's GPUs: worker gwN runs on device N mod count.
+
+    One worker group per device, so `-n 16` on a host of 8 GPUs puts two workers
+    on each. Nothing to do on a CPU-only machine (torch.cuda.is_available() does
+    not initialize a device context, so the check is free there).
+    """
+    import torch
+    if not worker.startswith("gw") or not torch.cuda.is_available():
+        return
+    count = torch.cuda.device_count()
+    if count > 1:
+        torch.cuda.set_device(int(worker[2:]) % count)
 
 
 def _sigterm(signum, frame):
