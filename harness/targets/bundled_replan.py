@@ -30,6 +30,7 @@ tensors rewritten; params["sequence"] the order of calls:
   "run_replan_run"            plan(next), run(lse), restage to the problem,
                               plan(problem), run(lse)
 The answer compared is always the problem's: what plan() saw last.
+The calls both scripts make live in harness/targets/replan.py.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from dataclasses import replace
 import torch
 
 from harness.reference import attention_reference
+from harness.targets import replan
 from harness.targets.base import Skip
 from harness.targets.bundled_layout import build_paged
 
@@ -45,10 +47,6 @@ from harness.targets.bundled_layout import build_paged
 def _kernels():
     import kernels
     return kernels
-
-
-def _int32(values, device) -> torch.Tensor:
-    return torch.tensor(list(values), dtype=torch.int32, device=device)
 
 
 # ------------------------------------------------------------------ graph_replan
@@ -66,89 +64,41 @@ def _split_prefix(problem, prefix: int):
     return head, tail
 
 
-def _banded(c, shape, dtype, name, capacity_rows):
-    """A poisoned output whose canary band after it is at least capacity_rows long."""
-    per_row = 1
-    for n in shape[1:]:
-        per_row *= int(n)
-    return c.buffers.output(shape, dtype, name, canary_elems=max(512, capacity_rows * per_row))
+def _prefix_state(c, head, cap_rows: int):
+    """The prefix's attention state, held as a graph caller holds it: the live rows of a
+    capacity-sized (poisoned) buffer."""
+    p = c.problem
+    rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
+    state = attention_reference(head)
+    pv = c.buffers.output((max(cap_rows, rows), hq, dv), p.dtype, "partial_state_v")[:rows]
+    ps = c.buffers.output((max(cap_rows, rows), hq), torch.float32, "partial_state_s")[:rows]
+    pv.copy_(state["o"])
+    ps.copy_(state["lse"])
+    c.buffers.watch(pv, "partial_state_v")
+    c.buffers.watch(ps, "partial_state_s")
+    return pv, ps
 
 
 def graph_replan(c) -> dict:
-    p, k_ = c.problem, _kernels()
+    p = c.problem
     if p.window_left >= 0:
         raise Skip("graph_replan splits KV into a prefix state and a paged tail; a window would not split")
-    cap = c.params["capacity"]
-    cap_qo, cap_kv = list(cap["qo_lens"]), list(cap["kv_lens"])
     page_size = int(c.params.get("page_size", 16))
     prefix = int(c.params.get("prefix_tokens", 0))
     head, tail = _split_prefix(p, prefix)
     paged = build_paged(tail, page_size, "NHD", "shuffled", 0, c.case.seed)
-
-    # The capacity plan's pages: ids in the pool, never run against.
-    cap_pages = [max(1, -(-n // page_size)) for n in cap_kv]
-    cap_indptr = [0]
-    for n in cap_pages:
-        cap_indptr.append(cap_indptr[-1] + n)
-    pool = paged.k_pages.shape[0]
-    cap_indices = [i % pool for i in range(cap_indptr[-1])]
-    cap_last = [n - (m - 1) * page_size for n, m in zip(cap_kv, cap_pages)]
-    cap_rows_qo = [0]
-    for n in cap_qo:
-        cap_rows_qo.append(cap_rows_qo[-1] + n)
-    cap_batch, cap_rows = len(cap_qo), cap_rows_qo[-1]
-
-    dev = c.device
-    graph_bufs = dict(qo_indptr_buf=torch.zeros(cap_batch + 1, dtype=torch.int32, device=dev),
-                      paged_kv_indptr_buf=torch.zeros(cap_batch + 1, dtype=torch.int32, device=dev),
-                      paged_kv_indices_buf=torch.zeros(len(cap_indices), dtype=torch.int32, device=dev),
-                      paged_kv_last_page_len_buf=torch.zeros(cap_batch, dtype=torch.int32, device=dev))
-    wrapper = k_.BatchPrefillWithPagedKVCacheWrapper(c.workspace(), kv_layout="NHD", use_cuda_graph=True,
-                                                     **graph_bufs)
+    cap = replan.capacity(c, paged.k_pages.shape[0])
+    wrapper = _kernels().BatchPrefillWithPagedKVCacheWrapper(
+        c.workspace(), kv_layout="NHD", use_cuda_graph=True, **cap.graph_buffers(c.device))
     dims = dict(head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
                 max_kv_chunk=c.params.get("max_kv_chunk"))
-    rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
-    q = c.views.input("q", p.q_packed())
-    k_cache = c.views.input("k_cache", paged.k_pages)
-    v_cache = c.views.input("v_cache", paged.v_pages)
-    out = _banded(c, (rows, hq, dv), p.dtype, "out", cap_rows)
-    lse = _banded(c, (rows, hq), torch.float32, "lse", cap_rows) if p.return_lse else None
-    partial = None
-    if prefix > 0:
-        state = attention_reference(head)
-        # Held as a graph caller holds it: the live rows of a capacity-sized (poisoned) buffer.
-        pv = c.buffers.output((max(cap_rows, rows), hq, dv), p.dtype, "partial_state_v")[:rows]
-        ps = c.buffers.output((max(cap_rows, rows), hq), torch.float32, "partial_state_s")[:rows]
-        pv.copy_(state["o"])
-        ps.copy_(state["lse"])
-        c.buffers.watch(pv, "partial_state_v")
-        c.buffers.watch(ps, "partial_state_s")
-        partial = (pv, ps)
-    c.ready("plan")
-    wrapper.plan(_int32(cap_rows_qo, "cpu"), _int32(cap_indptr, "cpu"), _int32(cap_indices, dev),
-                 _int32(cap_last, "cpu"), p.num_qo_heads, p.num_kv_heads, p.head_dim, page_size, **dims)
-    c.buffers.stage("replan")
-    wrapper.plan(p.qo_indptr.clone(), _int32(paged.indptr, "cpu"), _int32(paged.indices, dev),
-                 _int32(paged.last_page_len, "cpu"), p.num_qo_heads, p.num_kv_heads, p.head_dim,
-                 page_size, **dims)
-    c.buffers.stage("run")
-    kw = {"partial_state": partial} if partial is not None else {}
-    wrapper.run(q, (k_cache, v_cache), out=out, lse=lse, return_lse=p.return_lse, **kw)
-    return c.result(out, lse, rows)
+    q, cache, out, lse = replan.graph_io(c, paged, cap)
+    kw = {"partial_state": _prefix_state(c, head, cap.rows)} if prefix > 0 else {}
+    return replan.replan_and_run(c, wrapper, cap, paged, dims, q, cache, out, lse, **kw)
 
 
 # ------------------------------------------------------------------ restaged_indptr
-
-def _next_batch(paged) -> dict:
-    """The same pages regrouped: page counts, indices and last_page_len reversed."""
-    counts = [b - a for a, b in zip(paged.indptr, paged.indptr[1:])]
-    indptr = [0]
-    for n in reversed(counts):
-        indptr.append(indptr[-1] + n)
-    return {"indptr": indptr, "indices": list(reversed(paged.indices)),
-            "last_page_len": list(reversed(paged.last_page_len))}
-
 
 def restaged(c) -> dict:
     p = c.problem
@@ -158,68 +108,13 @@ def restaged(c) -> dict:
         raise Skip("batch decode takes one query token per request")
     if not p.return_lse:
         raise Skip("the restaged tensors matter to the return_lse run's shadow plan")
-    page_size = int(c.params.get("page_size", 16))
-    paged = build_paged(p, page_size, "NHD", c.params.get("page_order", "shuffled"), 0, c.case.seed)
-    this = {"indptr": paged.indptr, "indices": paged.indices, "last_page_len": paged.last_page_len}
-    nxt = _next_batch(paged)
-    restage = tuple(c.params["restage"])
-    unknown = set(restage) - set(this)
-    if unknown:
-        raise Skip(f"restage names no index tensor {sorted(unknown)}")
-    dev = c.device
-    # The caller's own tensors: indptr and last_page_len on the CPU, indices where the cache is.
-    where = {"indptr": "cpu", "indices": dev, "last_page_len": "cpu"}
-    sequence = c.params.get("sequence", "plan_restage_run")
-    first = nxt if sequence in ("replan_restage_run", "run_replan_run") else this
-    caller = {name: _int32(first[name], where[name]) for name in this}
-
-    def stage_into(batch, names):
-        for name in names:
-            caller[name].copy_(_int32(batch[name], where[name]))
-
-    wrapper = _kernels().BatchDecodeWithPagedKVCacheWrapper(c.workspace(), kv_layout="NHD", backend="aiter")
-    q = c.views.input("q", p.q_packed())
-    cache = (c.views.input("k_cache", paged.k_pages), c.views.input("v_cache", paged.v_pages))
-    rows = p.batch_size
-    out, lse = c.out(rows), c.lse(rows)
-
-    def plan():
-        wrapper.plan(caller["indptr"], caller["indices"], caller["last_page_len"], p.num_qo_heads,
-                     p.num_kv_heads, p.head_dim, page_size, window_left=p.window_left,
-                     q_data_type=p.dtype, kv_data_type=p.dtype, sm_scale=c.sm_scale,
-                     max_kv_chunk=c.params.get("max_kv_chunk"))
-
-    c.ready("plan")
-    if sequence == "plan_restage_run":
-        plan()
-        c.buffers.stage("restage")
-        stage_into(nxt, restage)
-    elif sequence == "replan_restage_run":
-        plan()
-        c.buffers.stage("restage")
-        stage_into(this, this)
-        c.buffers.stage("replan")
-        plan()
-        c.buffers.stage("restage")
-        stage_into(nxt, restage)
-    elif sequence == "run_replan_run":
-        plan()
-        c.buffers.stage("run")
-        scratch_o = c.buffers.output((rows, p.num_qo_heads, p.head_dim_vo), p.dtype, "first_out")
-        scratch_s = c.buffers.output((rows, p.num_qo_heads), torch.float32, "first_lse")
-        wrapper.run(q, cache, out=scratch_o, lse=scratch_s, return_lse=True)
-        c.buffers.stage("restage")
-        stage_into(this, this)
-        c.buffers.stage("replan")
-        plan()
-    else:
-        raise Skip(f"sequence {sequence!r} is not one this script knows")
-    # From here on the caller leaves its tensors alone: the library must too.
-    for name, t in caller.items():
-        c.buffers.watch(t, name)
-    c.buffers.stage("run")
-    wrapper.run(q, cache, out=out, lse=lse, return_lse=True)
-    return c.result(out, lse, rows)
+    paged = build_paged(p, int(c.params.get("page_size", 16)), "NHD",
+                        c.params.get("page_order", "shuffled"), 0, c.case.seed)
+    return replan.restaged(
+        c, paged,
+        lambda: _kernels().BatchDecodeWithPagedKVCacheWrapper(c.workspace(), kv_layout="NHD",
+                                                              backend="aiter"),
+        max_kv_chunk=c.params.get("max_kv_chunk"))
 
 
 SCENARIOS = {

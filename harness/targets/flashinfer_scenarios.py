@@ -21,14 +21,9 @@ docstrings define each scenario); what differs here:
 """
 from __future__ import annotations
 
-import torch
-
+from harness.targets import replan
 from harness.targets.base import Skip
 from harness.targets.bundled_layout import build_paged
-
-
-def _int32(values, device) -> torch.Tensor:
-    return torch.tensor(list(values), dtype=torch.int32, device=device)
 
 
 def _prepared(c):
@@ -60,27 +55,6 @@ def plan_failed_midway(c) -> dict:
 
 # ------------------------------------------------------------------ graph_replan
 
-def _capacity_plan(cap_qo, cap_kv, page_size, pool):
-    """Index lists of the capacity batch: pages cycling through the pool, never run against."""
-    pages = [max(1, -(-n // page_size)) for n in cap_kv]
-    indptr, qo_indptr = [0], [0]
-    for n in pages:
-        indptr.append(indptr[-1] + n)
-    for n in cap_qo:
-        qo_indptr.append(qo_indptr[-1] + n)
-    indices = [i % pool for i in range(indptr[-1])]
-    last = [n - (m - 1) * page_size for n, m in zip(cap_kv, pages)]
-    return qo_indptr, indptr, indices, last
-
-
-def _banded(c, shape, dtype, name, capacity_rows):
-    """A poisoned output whose canary band after it covers the capacity's rows."""
-    per_row = 1
-    for n in shape[1:]:
-        per_row *= int(n)
-    return c.buffers.output(shape, dtype, name, canary_elems=max(512, capacity_rows * per_row))
-
-
 def graph_replan(c) -> dict:
     p = c.problem
     if c.case.op != "paged_prefill":
@@ -92,52 +66,18 @@ def graph_replan(c) -> dict:
                                                      or not p.return_lse):
         raise Skip("FlashInfer's paged run() takes no partial_state to merge a prefix into")
     from harness.targets.flashinfer import _backend
-    cap = c.params["capacity"]
-    cap_qo, cap_kv = list(cap["qo_lens"]), list(cap["kv_lens"])
-    page_size = int(c.params.get("page_size", 16))
-    paged = build_paged(p, page_size, "NHD", "shuffled", 0, c.case.seed)
-    cap_qo_indptr, cap_indptr, cap_indices, cap_last = _capacity_plan(
-        cap_qo, cap_kv, page_size, paged.k_pages.shape[0])
-    cap_batch, cap_rows = len(cap_qo), cap_qo_indptr[-1]
-    dev = c.device
-    bufs = dict(qo_indptr_buf=torch.zeros(cap_batch + 1, dtype=torch.int32, device=dev),
-                paged_kv_indptr_buf=torch.zeros(cap_batch + 1, dtype=torch.int32, device=dev),
-                paged_kv_indices_buf=torch.zeros(len(cap_indices), dtype=torch.int32, device=dev),
-                paged_kv_last_page_len_buf=torch.zeros(cap_batch, dtype=torch.int32, device=dev))
+    paged = build_paged(p, int(c.params.get("page_size", 16)), "NHD", "shuffled", 0, c.case.seed)
+    cap = replan.capacity(c, paged.k_pages.shape[0])
     wrapper = c.fi.BatchPrefillWithPagedKVCacheWrapper(
-        c.workspace(), kv_layout="NHD", use_cuda_graph=True, backend=_backend(c), **bufs)
+        c.workspace(), kv_layout="NHD", use_cuda_graph=True, backend=_backend(c),
+        **cap.graph_buffers(c.device))
     dims = dict(head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype)
-    rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
-    q = c.views.input("q", p.q_packed())
-    cache = (c.views.input("k_cache", paged.k_pages), c.views.input("v_cache", paged.v_pages))
-    out = _banded(c, (rows, hq, dv), p.dtype, "out", cap_rows)
-    lse = _banded(c, (rows, hq), torch.float32, "lse", cap_rows) if p.return_lse else None
-    c.ready("plan")
-    wrapper.plan(_int32(cap_qo_indptr, "cpu"), _int32(cap_indptr, "cpu"), _int32(cap_indices, dev),
-                 _int32(cap_last, "cpu"), p.num_qo_heads, p.num_kv_heads, p.head_dim, page_size,
-                 **dims)
-
-    c.buffers.stage("replan")
-    wrapper.plan(p.qo_indptr.clone(), _int32(paged.indptr, "cpu"), _int32(paged.indices, dev),
-                 _int32(paged.last_page_len, "cpu"), p.num_qo_heads, p.num_kv_heads, p.head_dim,
-                 page_size, **dims)
-    c.buffers.stage("run")
-    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse)
-    return c.result(out, lse, rows)
+    q, cache, out, lse = replan.graph_io(c, paged, cap)
+    return replan.replan_and_run(c, wrapper, cap, paged, dims, q, cache, out, lse)
 
 
 # ------------------------------------------------------------------ restaged
-
-def _next_batch(paged) -> dict:
-    """The same pages regrouped: page counts, indices and last_page_len reversed."""
-    counts = [b - a for a, b in zip(paged.indptr, paged.indptr[1:])]
-    indptr = [0]
-    for n in reversed(counts):
-        indptr.append(indptr[-1] + n)
-    return {"indptr": indptr, "indices": list(reversed(paged.indices)),
-            "last_page_len": list(reversed(paged.last_page_len))}
-
 
 def restaged(c) -> dict:
     p = c.problem
@@ -145,66 +85,11 @@ def restaged(c) -> dict:
         raise Skip("restaged index tensors script a batch-decode wrapper")
     if any(n != 1 for n in p.qo_lens):
         raise Skip("batch decode takes one query token per request")
-    page_size = int(c.params.get("page_size", 16))
-    paged = build_paged(p, page_size, "NHD", c.params.get("page_order", "shuffled"), 0, c.case.seed)
-    this = {"indptr": paged.indptr, "indices": paged.indices, "last_page_len": paged.last_page_len}
-    nxt = _next_batch(paged)
-    restage = tuple(c.params["restage"])
-    unknown = set(restage) - set(this)
-    if unknown:
-        raise Skip(f"restage names no index tensor {sorted(unknown)}")
-    dev = c.device
-    where = {"indptr": "cpu", "indices": dev, "last_page_len": "cpu"}
-    sequence = c.params.get("sequence", "plan_restage_run")
-    first = nxt if sequence in ("replan_restage_run", "run_replan_run") else this
-    caller = {name: _int32(first[name], where[name]) for name in this}
-
-    def stage_into(batch, names):
-        for name in names:
-            caller[name].copy_(_int32(batch[name], where[name]))
-
-    wrapper = c.fi.BatchDecodeWithPagedKVCacheWrapper(
-        c.workspace(), kv_layout="NHD", use_tensor_cores=c.case.backend == "fi_tc", backend="fa2")
-    q = c.views.input("q", p.q_packed())
-    cache = (c.views.input("k_cache", paged.k_pages), c.views.input("v_cache", paged.v_pages))
-    rows = p.batch_size
-    out, lse = c.out(rows), c.lse(rows)
-
-    def plan():
-        wrapper.plan(caller["indptr"], caller["indices"], caller["last_page_len"], p.num_qo_heads,
-                     p.num_kv_heads, p.head_dim, page_size, window_left=p.window_left,
-                     q_data_type=p.dtype, kv_data_type=p.dtype, sm_scale=c.sm_scale)
-
-    c.ready("plan")
-    if sequence == "plan_restage_run":
-        plan()
-        c.buffers.stage("restage")
-        stage_into(nxt, restage)
-    elif sequence == "replan_restage_run":
-        plan()
-        c.buffers.stage("restage")
-        stage_into(this, this)
-        c.buffers.stage("replan")
-        plan()
-        c.buffers.stage("restage")
-        stage_into(nxt, restage)
-    elif sequence == "run_replan_run":
-        plan()
-        c.buffers.stage("run")
-        scratch_o = c.buffers.output((rows, p.num_qo_heads, p.head_dim_vo), p.dtype, "first_out")
-        scratch_s = c.buffers.output((rows, p.num_qo_heads), torch.float32, "first_lse")
-        wrapper.run(q, cache, out=scratch_o, lse=scratch_s, return_lse=True)
-        c.buffers.stage("restage")
-        stage_into(this, this)
-        c.buffers.stage("replan")
-        plan()
-    else:
-        raise Skip(f"sequence {sequence!r} is not one this script knows")
-    for name, t in caller.items():
-        c.buffers.watch(t, name)
-    c.buffers.stage("run")
-    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse)
-    return c.result(out, lse, rows)
+    paged = build_paged(p, int(c.params.get("page_size", 16)), "NHD",
+                        c.params.get("page_order", "shuffled"), 0, c.case.seed)
+    return replan.restaged(c, paged, lambda: c.fi.BatchDecodeWithPagedKVCacheWrapper(
+        c.workspace(), kv_layout="NHD", use_tensor_cores=c.case.backend == "fi_tc",
+        backend="fa2"))
 
 
 SCENARIOS = {
