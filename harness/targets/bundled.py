@@ -15,6 +15,8 @@ Maps each route onto the library's FlashInfer-shaped API:
                         merge_state_in_place; compared with the whole problem's reference
   fa2.mixed_batch       decode_first_attention over a vLLM-shaped block-table cache
 
+merge_state and mixed_batch live in bundled_merge.py and bundled_mixed.py.
+
 Adapter-only params (harness/problem.py passes them through untouched):
 
   layout          "NHD" (default) | "HND": the KV layout of caches and dense k/v
@@ -54,8 +56,10 @@ import torch
 
 from harness.routes import BUNDLED_ROUTES
 from harness.targets.base import Skip, Target
-from harness.targets.bundled_layout import Views, block_table, build_paged, to_layout
+from harness.targets.bundled_layout import Views, build_paged, to_layout
+from harness.targets.bundled_merge import merge_state
 from harness.targets.bundled_mismatch import perturb, perturb_ragged, planned_rows, short_rows
+from harness.targets.bundled_mixed import mixed_batch
 
 WORKSPACE_BYTES = 32 << 20
 
@@ -96,6 +100,35 @@ class Call:
     def workspace(self) -> torch.Tensor:
         n = int(self.params.get("workspace_bytes", WORKSPACE_BYTES))
         return torch.empty(n, dtype=torch.uint8, device=self.device)
+
+    # What a target's library differs in; FlashInfer's adapter overrides these.
+    @property
+    def lib(self):
+        """The module whose functions and wrappers the routes call."""
+        return _kernels()
+
+    def prefill_backend(self) -> dict:
+        """Extra constructor keywords of the prefill wrappers."""
+        return {}
+
+    def decode_backend(self) -> tuple[str, bool]:
+        """The batch-decode wrapper's (backend, use_tensor_cores)."""
+        return DECODE_BACKENDS[self.case.backend]
+
+    def plan_extra(self) -> dict:
+        """Extra plan() keywords of the batch wrappers."""
+        return {"max_kv_chunk": self.params.get("max_kv_chunk")}
+
+    def partial_state(self, rows: int):
+        """An empty attention state (v = 0, s = -inf) for run(partial_state=): merging it is
+        a no-op. None where the case asks for none."""
+        if not self.params.get("partial_state"):
+            return None
+        p = self.problem
+        v = torch.zeros(rows, p.num_qo_heads, p.head_dim_vo, dtype=p.dtype, device=self.device)
+        s = torch.full((rows, p.num_qo_heads), float("-inf"), dtype=torch.float32,
+                       device=self.device)
+        return self.views.input("partial_state_v", v), self.views.input("partial_state_s", s)
 
     def ready(self, stage: str) -> None:
         """Everything the case names must be in place before the library sees it."""
@@ -156,7 +189,7 @@ def single_decode(c: Call) -> dict:
 
 # ------------------------------------------------------------------ batch routes
 
-def _paged_inputs(c: Call):
+def paged_inputs(c: Call):
     """Plan-side index tensors and the run-side cache of a paged route."""
     p = c.problem
     paged = build_paged(p, int(c.params.get("page_size", 16)), c.layout,
@@ -170,7 +203,8 @@ def _paged_inputs(c: Call):
     return paged, idx
 
 
-def _cache(c: Call, paged):
+def cache_input(c: Call, paged):
+    """The paged cache in the case's form: (k_cache, v_cache) or one kv_cache tensor."""
     form = c.params.get("cache_form", "tuple")
     cache = paged.cache(form)
     if form == "single":
@@ -178,7 +212,7 @@ def _cache(c: Call, paged):
     return (c.views.input("k_cache", cache[0]), c.views.input("v_cache", cache[1]))
 
 
-def _graph_buffers(c: Call, idx: dict, names: tuple) -> dict:
+def graph_buffers(c: Call, n_indices: int, names: tuple) -> dict:
     """Caller-owned capacity buffers of a CUDA-graph-mode wrapper, sized to this batch.
 
     names: the wrapper's keyword names for (qo_indptr, kv_indptr, kv_indices, last_page_len)
@@ -187,7 +221,7 @@ def _graph_buffers(c: Call, idx: dict, names: tuple) -> dict:
     if not c.params.get("use_cuda_graph"):
         return {}
     b = c.problem.batch_size
-    sizes = (b + 1, b + 1, max(1, len(idx.get("kv_indices", ()))), b)
+    sizes = (b + 1, b + 1, max(1, n_indices), b)
     return {name: torch.empty(n, dtype=torch.int32, device=c.device)
             for name, n in zip(names, sizes) if name}
 
@@ -197,16 +231,6 @@ PAGED_PREFILL_BUFS = ("qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_
 RAGGED_BUFS = ("qo_indptr_buf", "kv_indptr_buf", None, None)
 DECODE_BUFS = (None, "paged_kv_indptr_buffer", "paged_kv_indices_buffer",
                "paged_kv_last_page_len_buffer")
-
-
-def _partial_state(c: Call, rows: int):
-    """An empty attention state (v = 0, s = -inf) for run(partial_state=): merging it is a no-op."""
-    if not c.params.get("partial_state"):
-        return None
-    p = c.problem
-    v = torch.zeros(rows, p.num_qo_heads, p.head_dim_vo, dtype=p.dtype, device=c.device)
-    s = torch.full((rows, p.num_qo_heads), float("-inf"), dtype=torch.float32, device=c.device)
-    return c.views.input("partial_state_v", v), c.views.input("partial_state_s", s)
 
 
 @dataclass
@@ -235,25 +259,37 @@ def plan_and_run(c: Call, prep: Prepared) -> dict:
     return c.result(prep.out, prep.lse, prep.rows)
 
 
+def _dims(c: Call) -> dict:
+    """plan() keywords every batch wrapper takes alike."""
+    p = c.problem
+    return dict(num_qo_heads=p.num_qo_heads, num_kv_heads=p.num_kv_heads,
+                window_left=p.window_left, sm_scale=c.sm_scale, q_data_type=p.dtype,
+                kv_data_type=p.dtype, **c.plan_extra())
+
+
+def _prepared(c: Call, wrapper, plan_kw: dict, run_args: tuple, out_rows: int,
+              rows: int) -> Prepared:
+    out, lse = c.out(out_rows), c.lse(out_rows)
+    run_kw = dict(out=out, lse=lse, return_lse=c.problem.return_lse)
+    return Prepared(wrapper, plan_kw, run_args, run_kw, out, lse, rows)
+
+
 def prepare_paged_prefill(c: Call) -> Prepared:
-    p, k_ = c.problem, _kernels()
-    paged, idx = _paged_inputs(c)
+    p = c.problem
+    paged, idx = paged_inputs(c)
     qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
-    wrapper = k_.BatchPrefillWithPagedKVCacheWrapper(
+    wrapper = c.lib.BatchPrefillWithPagedKVCacheWrapper(
         c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
-        **_graph_buffers(c, {**idx, "kv_indices": paged.indices}, PAGED_PREFILL_BUFS))
-    q, cache = perturb(c, p.q_packed(), _cache(c, paged))
+        **c.prefill_backend(), **graph_buffers(c, len(paged.indices), PAGED_PREFILL_BUFS))
+    q, cache = perturb(c, p.q_packed(), cache_input(c, paged))
     q = c.views.input("q", q)
     out_rows, rows = planned_rows(c)
     out, lse = c.out(out_rows), c.lse(out_rows)
-    partial = _partial_state(c, out_rows)
+    partial = c.partial_state(out_rows)
     plan_kw = dict(qo_indptr=qo_indptr, paged_kv_indptr=idx["kv_indptr"],
                    paged_kv_indices=idx["kv_indices"], paged_kv_last_page_len=idx["last_page_len"],
-                   num_qo_heads=p.num_qo_heads, num_kv_heads=p.num_kv_heads,
                    head_dim_qk=p.head_dim, page_size=paged.page_size, head_dim_vo=p.head_dim_vo,
-                   causal=p.causal, window_left=p.window_left, sm_scale=c.sm_scale,
-                   q_data_type=p.dtype, kv_data_type=p.dtype,
-                   max_kv_chunk=c.params.get("max_kv_chunk"))
+                   causal=p.causal, **_dims(c))
     run_kw = dict(out=out, lse=lse, return_lse=p.return_lse)
     if partial is not None:
         run_kw["partial_state"] = partial
@@ -261,25 +297,19 @@ def prepare_paged_prefill(c: Call) -> Prepared:
 
 
 def prepare_ragged_prefill(c: Call) -> Prepared:
-    p, k_ = c.problem, _kernels()
+    p = c.problem
     if c.layout != "NHD":
         raise Skip("ragged k/v are token-major (NHD) only")
     qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
     kv_indptr = c.views.index("kv_indptr", p.kv_indptr.tolist(), "cpu")
-    wrapper = k_.BatchPrefillWithRaggedKVCacheWrapper(
+    wrapper = c.lib.BatchPrefillWithRaggedKVCacheWrapper(
         c.workspace(), kv_layout="NHD", use_cuda_graph=bool(c.params.get("use_cuda_graph")),
-        **_graph_buffers(c, {}, RAGGED_BUFS))
+        **c.prefill_backend(), **graph_buffers(c, 0, RAGGED_BUFS))
     q, k, v = perturb_ragged(c, p.q_packed(), p.k_packed(), p.v_packed())
     q, k, v = c.views.input("q", q), c.views.input("k", k), c.views.input("v", v)
-    out_rows, rows = planned_rows(c)
-    out, lse = c.out(out_rows), c.lse(out_rows)
-    plan_kw = dict(qo_indptr=qo_indptr, kv_indptr=kv_indptr, num_qo_heads=p.num_qo_heads,
-                   num_kv_heads=p.num_kv_heads, head_dim_qk=p.head_dim, head_dim_vo=p.head_dim_vo,
-                   causal=p.causal, window_left=p.window_left, sm_scale=c.sm_scale,
-                   q_data_type=p.dtype, kv_data_type=p.dtype,
-                   max_kv_chunk=c.params.get("max_kv_chunk"))
-    return Prepared(wrapper, plan_kw, (q, k, v), dict(out=out, lse=lse, return_lse=p.return_lse),
-                    out, lse, rows)
+    plan_kw = dict(qo_indptr=qo_indptr, kv_indptr=kv_indptr, head_dim_qk=p.head_dim,
+                   head_dim_vo=p.head_dim_vo, causal=p.causal, **_dims(c))
+    return _prepared(c, wrapper, plan_kw, (q, k, v), *planned_rows(c))
 
 
 DECODE_BACKENDS = {"fa2": ("fa2", False), "fa2_tc": ("fa2", True),
@@ -287,30 +317,25 @@ DECODE_BACKENDS = {"fa2": ("fa2", False), "fa2_tc": ("fa2", True),
 
 
 def prepare_batch_decode(c: Call) -> Prepared:
-    p, k_ = c.problem, _kernels()
+    p = c.problem
     if any(n != 1 for n in p.qo_lens):
         raise Skip("batch decode takes one query token per request")
     if p.head_dim_vo != p.head_dim:
         raise Skip("batch decode plans one head_dim for k and v")
     if p.causal:
         raise Skip("batch decode has no causal flag (one query token sees its whole KV)")
-    paged, idx = _paged_inputs(c)
-    backend, tensor_cores = DECODE_BACKENDS[c.case.backend]
-    wrapper = k_.BatchDecodeWithPagedKVCacheWrapper(
+    paged, idx = paged_inputs(c)
+    backend, tensor_cores = c.decode_backend()
+    wrapper = c.lib.BatchDecodeWithPagedKVCacheWrapper(
         c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
         use_tensor_cores=tensor_cores, backend=backend,
-        **_graph_buffers(c, {**idx, "kv_indices": paged.indices}, DECODE_BUFS))
-    q, cache = perturb(c, p.q_packed(), _cache(c, paged))
+        **graph_buffers(c, len(paged.indices), DECODE_BUFS))
+    q, cache = perturb(c, p.q_packed(), cache_input(c, paged))
     q = c.views.input("q", q)
-    out_rows, rows = planned_rows(c)
-    out, lse = c.out(out_rows), c.lse(out_rows)
     plan_kw = dict(indptr=idx["kv_indptr"], indices=idx["kv_indices"],
-                   last_page_len=idx["last_page_len"], num_qo_heads=p.num_qo_heads,
-                   num_kv_heads=p.num_kv_heads, head_dim=p.head_dim, page_size=paged.page_size,
-                   window_left=p.window_left, q_data_type=p.dtype, kv_data_type=p.dtype,
-                   sm_scale=c.sm_scale, max_kv_chunk=c.params.get("max_kv_chunk"))
-    return Prepared(wrapper, plan_kw, (q, cache), dict(out=out, lse=lse, return_lse=p.return_lse),
-                    out, lse, rows)
+                   last_page_len=idx["last_page_len"], head_dim=p.head_dim,
+                   page_size=paged.page_size, **_dims(c))
+    return _prepared(c, wrapper, plan_kw, (q, cache), *planned_rows(c))
 
 
 PREPARE = {
@@ -320,85 +345,17 @@ PREPARE = {
 }
 
 
-# ------------------------------------------------------------------ merge and mixed
-
-def merge_state(c: Call) -> dict:
-    """Two partial states per request (KV halves, through the library), merged back."""
-    p, k_ = c.problem, _kernels()
-    if p.causal or p.window_left >= 0:
-        raise Skip("merge cases split KV in halves; a mask would not split with it")
-    if any(n < 2 for n in p.kv_lens):
-        raise Skip("merge cases need kv_len >= 2 so both halves are non-empty")
-    rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
-    halves = []
-    c.buffers.stage("partial")
-    for half in (0, 1):
-        o_half = c.buffers.output((rows, hq, dv), p.dtype, f"o_{'ab'[half]}")
-        s_half = c.buffers.output((rows, hq), torch.float32, f"lse_{'ab'[half]}")
-        for r, (q, k, v, lq, lk) in enumerate(zip(p.q, p.k, p.v, p.qo_lens, p.kv_lens)):
-            cut = lk // 2
-            sl = slice(0, cut) if half == 0 else slice(cut, lk)
-            lo = int(p.qo_indptr[r])
-            k_.single_prefill_with_kv_cache(
-                q.contiguous(), k[sl].contiguous(), v[sl].contiguous(), causal=False,
-                kv_layout="NHD", window_left=-1, sm_scale=c.sm_scale, return_lse=True,
-                out=o_half[lo:lo + lq], lse=s_half[lo:lo + lq])
-        halves.append((o_half, s_half))
-    (va, sa), (vb, sb) = halves
-    merge = c.params.get("merge", "out_of_place")
-    if merge == "out_of_place":
-        va, sa = c.views.input("v_a", va), c.views.input("s_a", sa)
-        vb, sb = c.views.input("v_b", vb), c.views.input("s_b", sb)
-        c.ready("run")
-        v, s = k_.merge_state(va, sa, vb, sb)
-    elif merge == "in_place":
-        v = c.views.output("v", (rows, hq, dv), p.dtype)
-        s = c.views.output("s", (rows, hq), torch.float32)
-        v.copy_(va)
-        s.copy_(sa)
-        vb, sb = c.views.input("v_other", vb), c.views.input("s_other", sb)
-        c.ready("run")
-        k_.merge_state_in_place(v, s, vb, sb)
-    else:
-        raise Skip(f"merge must be out_of_place or in_place, got {merge!r}")
-    return c.result(v, s)
-
-
-def mixed_batch(c: Call) -> dict:
-    """decode_first_attention: decodes first, split from prefills by query_start_loc."""
-    p, k_ = c.problem, _kernels()
-    nd = int(c.params.get("num_decodes", 0))
-    if any(n != 1 for n in p.qo_lens[:nd]):
-        raise Skip("a decode-first batch needs qo_len 1 for its first num_decodes requests")
-    if p.head_dim_vo != p.head_dim:
-        raise Skip("the block-table cache holds one head_dim for k and v")
-    paged = build_paged(p, int(c.params.get("page_size", 16)), "NHD",
-                        c.params.get("page_order", "shuffled"),
-                        int(c.params.get("page_id_offset", 0)), c.case.seed)
-    qsl = c.views.index("query_start_loc", p.qo_indptr.tolist(), c.device)
-    seq_lens = c.views.index("seq_lens", p.kv_lens, c.device)
-    table = c.views.index("block_table", block_table(paged, p.batch_size), c.device)
-    query = c.views.input("q", p.q_packed())
-    key_cache = c.views.input("k_cache", paged.k_pages)
-    value_cache = c.views.input("v_cache", paged.v_pages)
-    if p.return_lse:
-        raise Skip("decode_first_attention returns no LSE")
-    rows = sum(p.qo_lens)
-    out = c.out(rows)
-    c.ready("run")
-    k_.decode_first_attention(
-        query, key_cache, value_cache, qsl, seq_lens, table, num_decodes=nd,
-        num_decode_tokens=nd, out=out, causal=p.causal, window_left=p.window_left,
-        sm_scale=c.sm_scale)
-    return {"o": out}
+def run_batch(c: Call) -> dict:
+    """A batch route as a plain case makes it: plan, then run."""
+    return plan_and_run(c, PREPARE[c.case.op](c))
 
 
 OPS = {
     "single_prefill": single_prefill,
     "single_decode": single_decode,
-    "paged_prefill": lambda c: plan_and_run(c, prepare_paged_prefill(c)),
-    "ragged_prefill": lambda c: plan_and_run(c, prepare_ragged_prefill(c)),
-    "batch_decode": lambda c: plan_and_run(c, prepare_batch_decode(c)),
+    "paged_prefill": run_batch,
+    "ragged_prefill": run_batch,
+    "batch_decode": run_batch,
     "merge_state": merge_state,
     "mixed_batch": mixed_batch,
 }

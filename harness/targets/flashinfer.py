@@ -42,10 +42,9 @@ from typing import Any, Mapping
 import torch
 
 from harness.targets.base import Skip, Target
-from harness.targets.bundled import (DECODE_BUFS, PAGED_PREFILL_BUFS, RAGGED_BUFS, Call,
-                                     Prepared)
-from harness.targets.bundled_layout import build_paged, to_layout
-from harness.targets.bundled_mismatch import perturb, perturb_ragged, planned_rows
+from harness.targets.bundled import Call, run_batch
+from harness.targets.bundled_layout import to_layout
+from harness.targets.bundled_merge import check_splits, merged
 
 LN2 = math.log(2.0)
 WORKSPACE_BYTES = 128 << 20     # FlashInfer's recommended float workspace
@@ -64,7 +63,8 @@ INSTALL_HINT = ("the flashinfer target needs FlashInfer's Python package and a G
 
 
 class FiCall(Call):
-    """The bundled adapter's per-case plumbing, with FlashInfer's workspace and LSE base."""
+    """The bundled adapter's per-case plumbing (and its batch routes), with FlashInfer's
+    module, backends, workspace and LSE base."""
 
     def __init__(self, case, problem, buffers, fi):
         super().__init__(case, problem, buffers)
@@ -80,6 +80,25 @@ class FiCall(Call):
             res["lse"] = natural_lse(res["lse"])
         return res
 
+    @property
+    def lib(self):
+        return self.fi
+
+    def prefill_backend(self) -> dict:
+        return {"backend": _backend(self)}
+
+    def decode_backend(self) -> tuple[str, bool]:
+        return "fa2", self.case.backend == "fi_tc"
+
+    def plan_extra(self) -> dict:
+        # max_kv_chunk is the bundled planner's; FlashInfer's plan() picks its own splits.
+        return {}
+
+    def partial_state(self, rows: int):
+        if self.params.get("partial_state"):
+            raise Skip("FlashInfer's paged run() takes no partial_state to merge into")
+        return None
+
 
 def natural_lse(lse2: torch.Tensor) -> torch.Tensor:
     """FlashInfer's log2-sum-exp2 as the natural log the reference uses."""
@@ -88,16 +107,6 @@ def natural_lse(lse2: torch.Tensor) -> torch.Tensor:
 
 def _backend(c: Call) -> str:
     return {"fi_fa2": "fa2", "fi_fa3": "fa3", "fi_tc": "fa2", "fi": "fa2"}[c.case.backend]
-
-
-def _graph_buffers(c: Call, n_indices: int, names: tuple) -> dict:
-    """Caller-owned index buffers of a CUDA-graph-mode wrapper, sized to this batch."""
-    if not c.params.get("use_cuda_graph"):
-        return {}
-    b = c.problem.batch_size
-    sizes = (b + 1, b + 1, max(1, n_indices), b)
-    return {name: torch.empty(n, dtype=torch.int32, device=c.device)
-            for name, n in zip(names, sizes) if name}
 
 
 # ------------------------------------------------------------------ single routes
@@ -134,128 +143,12 @@ def single_decode(c: FiCall) -> dict:
     return c.result(out.unsqueeze(0), None if lse is None else lse.unsqueeze(0))
 
 
-# ------------------------------------------------------------------ batch routes
-
-def _paged(c: FiCall):
-    p = c.problem
-    paged = build_paged(p, int(c.params.get("page_size", 16)), c.layout,
-                        c.params.get("page_order", "shuffled"),
-                        int(c.params.get("page_id_offset", 0)), c.case.seed)
-    idx = {
-        "kv_indptr": c.views.index("kv_indptr", paged.indptr, "cpu"),
-        "kv_indices": c.views.index("kv_indices", paged.indices, c.device),
-        "last_page_len": c.views.index("last_page_len", paged.last_page_len, "cpu"),
-    }
-    form = c.params.get("cache_form", "tuple")
-    cache = paged.cache(form)
-    if form == "single":
-        cache = c.views.input("kv_cache", cache)
-    else:
-        cache = (c.views.input("k_cache", cache[0]), c.views.input("v_cache", cache[1]))
-    return paged, idx, cache
-
-
-def _outputs(c: FiCall):
-    out_rows, rows = planned_rows(c)
-    return c.out(out_rows), c.lse(out_rows), rows
-
-
-def _no_partial_state(c: FiCall) -> None:
-    if c.params.get("partial_state"):
-        raise Skip("FlashInfer's paged run() takes no partial_state to merge into")
-
-
-def prepare_paged_prefill(c: FiCall) -> Prepared:
-    p = c.problem
-    _no_partial_state(c)
-    paged, idx, cache = _paged(c)
-    qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
-    wrapper = c.fi.BatchPrefillWithPagedKVCacheWrapper(
-        c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
-        backend=_backend(c), **_graph_buffers(c, len(paged.indices), PAGED_PREFILL_BUFS))
-    q, cache = perturb(c, p.q_packed(), cache)
-    q = c.views.input("q", q)
-    out, lse, rows = _outputs(c)
-    plan_kw = dict(qo_indptr=qo_indptr, paged_kv_indptr=idx["kv_indptr"],
-                   paged_kv_indices=idx["kv_indices"], paged_kv_last_page_len=idx["last_page_len"],
-                   num_qo_heads=p.num_qo_heads, num_kv_heads=p.num_kv_heads,
-                   head_dim_qk=p.head_dim, page_size=paged.page_size, head_dim_vo=p.head_dim_vo,
-                   causal=p.causal, window_left=p.window_left, sm_scale=c.sm_scale,
-                   q_data_type=p.dtype, kv_data_type=p.dtype)
-    return Prepared(wrapper, plan_kw, (q, cache), dict(out=out, lse=lse, return_lse=p.return_lse),
-                    out, lse, rows)
-
-
-def prepare_ragged_prefill(c: FiCall) -> Prepared:
-    p = c.problem
-    if c.layout != "NHD":
-        raise Skip("ragged k/v are token-major (NHD) only")
-    qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
-    kv_indptr = c.views.index("kv_indptr", p.kv_indptr.tolist(), "cpu")
-    wrapper = c.fi.BatchPrefillWithRaggedKVCacheWrapper(
-        c.workspace(), kv_layout="NHD", use_cuda_graph=bool(c.params.get("use_cuda_graph")),
-        backend=_backend(c), **_graph_buffers(c, 0, RAGGED_BUFS))
-    q, k, v = perturb_ragged(c, p.q_packed(), p.k_packed(), p.v_packed())
-    q, k, v = c.views.input("q", q), c.views.input("k", k), c.views.input("v", v)
-    out, lse, rows = _outputs(c)
-    plan_kw = dict(qo_indptr=qo_indptr, kv_indptr=kv_indptr, num_qo_heads=p.num_qo_heads,
-                   num_kv_heads=p.num_kv_heads, head_dim_qk=p.head_dim, head_dim_vo=p.head_dim_vo,
-                   causal=p.causal, window_left=p.window_left, sm_scale=c.sm_scale,
-                   q_data_type=p.dtype, kv_data_type=p.dtype)
-    return Prepared(wrapper, plan_kw, (q, k, v), dict(out=out, lse=lse, return_lse=p.return_lse),
-                    out, lse, rows)
-
-
-def prepare_batch_decode(c: FiCall) -> Prepared:
-    p = c.problem
-    if any(n != 1 for n in p.qo_lens):
-        raise Skip("batch decode takes one query token per request")
-    if p.head_dim_vo != p.head_dim:
-        raise Skip("batch decode plans one head_dim for k and v")
-    if p.causal:
-        raise Skip("batch decode has no causal flag (one query token sees its whole KV)")
-    paged, idx, cache = _paged(c)
-    wrapper = c.fi.BatchDecodeWithPagedKVCacheWrapper(
-        c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
-        use_tensor_cores=c.case.backend == "fi_tc", backend="fa2",
-        **_graph_buffers(c, len(paged.indices), DECODE_BUFS))
-    q, cache = perturb(c, p.q_packed(), cache)
-    q = c.views.input("q", q)
-    out, lse, rows = _outputs(c)
-    plan_kw = dict(indptr=idx["kv_indptr"], indices=idx["kv_indices"],
-                   last_page_len=idx["last_page_len"], num_qo_heads=p.num_qo_heads,
-                   num_kv_heads=p.num_kv_heads, head_dim=p.head_dim, page_size=paged.page_size,
-                   window_left=p.window_left, q_data_type=p.dtype, kv_data_type=p.dtype,
-                   sm_scale=c.sm_scale)
-    return Prepared(wrapper, plan_kw, (q, cache), dict(out=out, lse=lse, return_lse=p.return_lse),
-                    out, lse, rows)
-
-
-PREPARE = {
-    "paged_prefill": prepare_paged_prefill,
-    "ragged_prefill": prepare_ragged_prefill,
-    "batch_decode": prepare_batch_decode,
-}
-
-
-def plan_and_run(c: FiCall, prep: Prepared) -> dict:
-    c.ready("plan")
-    prep.plan()
-    c.buffers.stage("run")
-    prep.run()
-    return c.result(prep.out, prep.lse, prep.rows)
-
-
 # ------------------------------------------------------------------ merge
 
 def merge_state(c: FiCall) -> dict:
     """Two partial states per request (KV halves, through FlashInfer), merged back."""
     p = c.problem
-    if p.causal or p.window_left >= 0:
-        raise Skip("merge cases split KV in halves; a mask would not split with it")
-    if any(n < 2 for n in p.kv_lens):
-        raise Skip("merge cases need kv_len >= 2 so both halves are non-empty")
-    rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
+    check_splits(p)
     halves = []
     c.buffers.stage("partial")
     for half in (0, 1):
@@ -270,32 +163,15 @@ def merge_state(c: FiCall) -> dict:
             s_half.append(s)
         halves.append((c.buffers.place(torch.cat(o_half), f"o_{'ab'[half]}"),
                        c.buffers.place(torch.cat(s_half).float(), f"lse_{'ab'[half]}")))
-    (va, sa), (vb, sb) = halves
-    merge = c.params.get("merge", "out_of_place")
-    if merge == "out_of_place":
-        va, sa = c.views.input("v_a", va), c.views.input("s_a", sa)
-        vb, sb = c.views.input("v_b", vb), c.views.input("s_b", sb)
-        c.ready("run")
-        v, s = c.fi.merge_state(va, sa, vb, sb)
-    elif merge == "in_place":
-        v = c.views.output("v", (rows, hq, dv), p.dtype)
-        s = c.views.output("s", (rows, hq), torch.float32)
-        v.copy_(va)
-        s.copy_(sa)
-        vb, sb = c.views.input("v_other", vb), c.views.input("s_other", sb)
-        c.ready("run")
-        c.fi.merge_state_in_place(v, s, vb, sb)
-    else:
-        raise Skip(f"merge must be out_of_place or in_place, got {merge!r}")
-    return c.result(v, s)
+    return merged(c, halves)
 
 
 OPS = {
     "single_prefill": single_prefill,
     "single_decode": single_decode,
-    "paged_prefill": lambda c: plan_and_run(c, prepare_paged_prefill(c)),
-    "ragged_prefill": lambda c: plan_and_run(c, prepare_ragged_prefill(c)),
-    "batch_decode": lambda c: plan_and_run(c, prepare_batch_decode(c)),
+    "paged_prefill": run_batch,
+    "ragged_prefill": run_batch,
+    "batch_decode": run_batch,
     "merge_state": merge_state,
 }
 

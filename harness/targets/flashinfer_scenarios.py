@@ -27,7 +27,7 @@ from harness.targets.bundled_layout import build_paged
 
 
 def _prepared(c):
-    from harness.targets.flashinfer import PREPARE
+    from harness.targets.bundled import PREPARE
     if c.case.op not in PREPARE:
         raise Skip(f"scenario {c.params['scenario']!r} needs a plan()/run() route, "
                    f"not {c.case.op}")
