@@ -30,6 +30,27 @@ class _BatchRun(Planned):
         guards.gqa_divisible(where, d["num_qo_heads"], d["num_kv_heads"])
         guards.head_dim_supported(where, d["head_dim_qk"], d["head_dim_vo"])
 
+    def _plan_batch(self, where, d, need, validate, stage, qo, max_kv_chunk, unsplit=False):
+        """plan()'s common steps: every check before the first write, then stage and schedule.
+
+        validate(): the wrapper's own index-tensor checks; stage(): stages its index tensors
+        and returns the per-request kv_lens (computed only once the checks have passed)."""
+        def checks():
+            validate()
+            self._validate_dims(where, d)
+            self._validate_capacity(where, need)
+
+        def early_write():
+            self._state = "partial"
+            self._p = d
+            self._write_capacity(need)
+
+        guards.plan_validates_first(checks, early_write)
+        kv_lens = stage()
+        self._stage("kv_lens", kv_lens, "batch_size")
+        self._plan_sched = self._schedule(qo, kv_lens, d["num_qo_heads"], d["head_dim_vo"], max_kv_chunk, unsplit)
+        self._state = "ok"
+
     def _outputs(self, where, q, out, lse, return_lse, partial_state=None):
         P = self._p
         rows, hq, dvo = q.shape[0], P["num_qo_heads"], P["head_dim_vo"]
@@ -102,23 +123,15 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
                                             "paged_kv_last_page_len": (batch, len(last))},
                                     {"qo_indptr": qo, "paged_kv_indptr": kvp},
                                     indices_len=(kvp[-1] if kvp else 0, n_idx), last_page=(page_size, pages, last))
-            self._validate_dims(where, d)
-            self._validate_capacity(where, need)
 
-        def early_write():
-            self._state = "partial"
-            self._p = d
-            self._write_capacity(need)
+        def stage():
+            self._stage("qo_indptr", qo, "batch_size", 1)
+            self._stage("kv_indptr", kvp, "batch_size", 1)
+            self._stage("indices", host_ints(paged_kv_indices), "indices")
+            self._stage("last_page_len", last, "batch_size")
+            return paged_kv_lens(kvp, last, page_size)
 
-        guards.plan_validates_first(validate, early_write)
-        kv_lens = paged_kv_lens(kvp, last, page_size)
-        self._stage("qo_indptr", qo, "batch_size", 1)
-        self._stage("kv_indptr", kvp, "batch_size", 1)
-        self._stage("indices", host_ints(paged_kv_indices), "indices")
-        self._stage("last_page_len", last, "batch_size")
-        self._stage("kv_lens", kv_lens, "batch_size")
-        self._plan_sched = self._schedule(qo, kv_lens, d["num_qo_heads"], d["head_dim_vo"], max_kv_chunk, unsplit)
-        self._state = "ok"
+        self._plan_batch(where, d, need, validate, stage, qo, max_kv_chunk, unsplit)
 
     def _check_paged_run(self, where, q, paged_kv_cache, rows_field="rows"):
         P = self._p
@@ -172,21 +185,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
 
         def validate():
             guards.batch_consistent(where, {"kv_indptr": (batch + 1, len(kvi))}, {"qo_indptr": qo, "kv_indptr": kvi})
-            self._validate_dims(where, d)
-            self._validate_capacity(where, need)
 
-        def early_write():
-            self._state = "partial"
-            self._p = d
-            self._write_capacity(need)
+        def stage():
+            self._stage("qo_indptr", qo, "batch_size", 1)
+            self._stage("kv_indptr", kvi, "batch_size", 1)
+            return [b - a for a, b in zip(kvi, kvi[1:])]
 
-        guards.plan_validates_first(validate, early_write)
-        kv_lens = [b - a for a, b in zip(kvi, kvi[1:])]
-        self._stage("qo_indptr", qo, "batch_size", 1)
-        self._stage("kv_indptr", kvi, "batch_size", 1)
-        self._stage("kv_lens", kv_lens, "batch_size")
-        self._plan_sched = self._schedule(qo, kv_lens, d["num_qo_heads"], d["head_dim_vo"], max_kv_chunk)
-        self._state = "ok"
+        self._plan_batch(where, d, need, validate, stage, qo, max_kv_chunk)
 
     def run(self, q, k, v, out=None, lse=None, return_lse=False):
         where = "run()"
