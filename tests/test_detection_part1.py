@@ -39,8 +39,7 @@ import math
 import pytest
 
 from cases import generate
-from harness.execute import execute_case
-from harness.isolation import replay
+from detection_helpers import failures_with_guards_on, replay_guard_off, run_guard_off
 from harness.routes import BUNDLED_ROUTES
 from harness.targets import load_target
 
@@ -122,8 +121,7 @@ def target():
 @pytest.mark.parametrize("row", DETECTIONS, ids=[_id(r) for r in DETECTIONS])
 def test_guard_off_is_detected(row, target, monkeypatch):
     case, guard, outcomes = row
-    monkeypatch.setenv("KERNELS_DISABLE_GUARDS", guard)
-    r = execute_case(case, target, "cpu")
+    r = run_guard_off(case, target, guard, monkeypatch)
     assert r.outcome in outcomes, f"{case.id}: {r.outcome} {r.message}"
     if r.outcome == "skipped":
         return
@@ -140,18 +138,13 @@ def test_guard_off_is_detected(row, target, monkeypatch):
 @pytest.mark.parametrize("row", CRASHES, ids=[_id(r) for r in CRASHES])
 def test_guard_off_crash_is_isolated(row, monkeypatch):
     case, guard, sig = row
-    monkeypatch.setenv("KERNELS_DISABLE_GUARDS", guard)
-    died = replay([case], "bundled", timeout_s=60)
+    died = replay_guard_off(case, guard, monkeypatch)
     assert died is not None and died[0] == "crash", f"{case.id}: {died}"
     if sig:
         assert sig in died[1], f"{case.id}: {died}"
 
 
 def test_all_guards_on_every_case_passes(target, monkeypatch):
-    monkeypatch.delenv("KERNELS_DISABLE_GUARDS", raising=False)
-    failures = []
-    for case in {row[0].id: row[0] for row in DETECTIONS + CRASHES}.values():
-        r = execute_case(case, target, "cpu")
-        if not r.passed:
-            failures.append(f"{case.id}: {r.outcome} {r.message}")
+    cases = {row[0].id: row[0] for row in DETECTIONS + CRASHES}.values()
+    failures = failures_with_guards_on(cases, target, monkeypatch)
     assert not failures, failures

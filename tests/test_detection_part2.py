@@ -22,18 +22,12 @@ from __future__ import annotations
 
 import pytest
 
-from cases import generate
-from harness.execute import execute_case
-from harness.isolation import replay
-from harness.routes import BUNDLED_ROUTES
+from detection_helpers import (cases_by_key, failures_with_guards_on, replay_guard_off,
+                               run_guard_off)
 from harness.targets import load_target
 
 FAMILIES = ("graph_replan", "restaged_indptr", "small_head", "mixed_batch")
-_CASES = {(c.route, c.family, c.variant): c for c in generate(FAMILIES, BUNDLED_ROUTES)}
-
-
-def _case(route: str, family: str, variant: str):
-    return _CASES[(route, family, variant)]
+_CASES = cases_by_key(FAMILIES)
 
 
 GRAPH = ("fa2.paged_prefill", "graph_replan")
@@ -90,9 +84,8 @@ def target():
 @pytest.mark.parametrize("row", DETECTIONS, ids=[_id(r) for r in DETECTIONS])
 def test_guard_off_is_detected(row, target, monkeypatch):
     (route, family), variant, guard, outcomes = row
-    case = _case(route, family, variant)
-    monkeypatch.setenv("KERNELS_DISABLE_GUARDS", guard)
-    r = execute_case(case, target, "cpu")
+    case = _CASES[(route, family, variant)]
+    r = run_guard_off(case, target, guard, monkeypatch)
     assert r.outcome in outcomes, f"{case.id}: {r.outcome} {r.message}"
     # A detection is a failing row; a control (a valid case that still matches) passes.
     control = outcomes == {"match"} and case.expect == "match"
@@ -111,19 +104,13 @@ def test_guard_off_is_detected(row, target, monkeypatch):
 @pytest.mark.parametrize("row", CRASHES, ids=[_id(r) for r in CRASHES])
 def test_guard_off_crash_is_isolated(row, monkeypatch):
     (route, family), variant, guard = row
-    case = _case(route, family, variant)
-    monkeypatch.setenv("KERNELS_DISABLE_GUARDS", guard)
-    died = replay([case], "bundled", timeout_s=60)
+    case = _CASES[(route, family, variant)]
+    died = replay_guard_off(case, guard, monkeypatch)
     assert died is not None and died[0] == "crash", f"{case.id}: {died}"
 
 
 def test_all_guards_on_every_case_passes(target, monkeypatch):
-    monkeypatch.delenv("KERNELS_DISABLE_GUARDS", raising=False)
-    failures = []
-    for case in _CASES.values():
-        r = execute_case(case, target, "cpu")
-        if not r.passed:
-            failures.append(f"{case.id}: {r.outcome} {r.message}")
+    failures = failures_with_guards_on(_CASES.values(), target, monkeypatch)
     assert not failures, failures
 
 

@@ -1,0 +1,42 @@
+"""What the guard-detection tests share: cases by (route, family, variant), run with
+guards turned off in this process or in a fresh one.
+
+Imported by module name (pytest puts this folder on sys.path), as the kernel tests
+import test_kernels_routes.
+"""
+from __future__ import annotations
+
+from cases import generate
+from harness.execute import execute_case
+from harness.isolation import replay
+from harness.routes import BUNDLED_ROUTES
+
+GUARDS_ENV = "KERNELS_DISABLE_GUARDS"
+
+
+def cases_by_key(families, routes=BUNDLED_ROUTES) -> dict:
+    """The families' cases on `routes`, keyed by (route, family, variant)."""
+    return {(c.route, c.family, c.variant): c for c in generate(families, routes)}
+
+
+def run_guard_off(case, target, guard: str, monkeypatch):
+    """The case's result with `guard` (comma-separated guard names) turned off."""
+    monkeypatch.setenv(GUARDS_ENV, guard)
+    return execute_case(case, target, "cpu")
+
+
+def replay_guard_off(case, guard: str, monkeypatch):
+    """The case run in a fresh process with `guard` off: (outcome, message) if it died, else None."""
+    monkeypatch.setenv(GUARDS_ENV, guard)
+    return replay([case], "bundled", timeout_s=60)
+
+
+def failures_with_guards_on(cases, target, monkeypatch) -> list[str]:
+    """'id: outcome message' for each case that does not pass with every guard on."""
+    monkeypatch.delenv(GUARDS_ENV, raising=False)
+    failures = []
+    for case in cases:
+        r = execute_case(case, target, "cpu")
+        if not r.passed:
+            failures.append(f"{case.id}: {r.outcome} {r.message}")
+    return failures
