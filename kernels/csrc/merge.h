@@ -4,23 +4,27 @@
 #include <math.h>
 #include "dtype.h"
 
+// One (row, head): merges state (vb, b) into (va, a), writes o to vo at base and returns
+// the merged lse. vo may be va: each element is read before it is written.
+__device__ inline float merge_one(const void* va, float a, const void* vb, float b, void* vo,
+                                  int64_t base, int dim, int dt) {
+  const float m = a > b ? a : b;
+  if (m == -INFINITY) {
+    for (int d = 0; d < dim; ++d) st_dt(vo, base + d, dt, 0.f);
+    return -INFINITY;
+  }
+  const float wa = expf(a - m), wb = expf(b - m), inv = 1.f / (wa + wb);
+  for (int d = 0; d < dim; ++d)
+    st_dt(vo, base + d, dt, (ld_dt(va, base + d, dt) * wa + ld_dt(vb, base + d, dt) * wb) * inv);
+  return m + logf(wa + wb);
+}
+
 // out-of-place over rows*heads, one thread per (row, head); all tensors packed.
 __global__ void merge_state_kernel(const void* va, const float* sa, const void* vb, const float* sb,
                                    void* vo, float* so, int64_t rows, int heads, int dim, int dt) {
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= rows * heads) return;
-  const float a = sa[idx], b = sb[idx];
-  const float m = a > b ? a : b;
-  const int64_t base = idx * dim;
-  if (m == -INFINITY) {
-    for (int d = 0; d < dim; ++d) st_dt(vo, base + d, dt, 0.f);
-    so[idx] = -INFINITY;
-    return;
-  }
-  const float wa = expf(a - m), wb = expf(b - m), inv = 1.f / (wa + wb);
-  for (int d = 0; d < dim; ++d)
-    st_dt(vo, base + d, dt, (ld_dt(va, base + d, dt) * wa + ld_dt(vb, base + d, dt) * wb) * inv);
-  so[idx] = m + logf(wa + wb);
+  so[idx] = merge_one(va, sa[idx], vb, sb[idx], vo, idx * dim, dim, dt);
 }
 
 // In place over num_rows rows (MergeStateInPlace). live_rows, when given, is a device-side
@@ -31,16 +35,5 @@ __global__ void merge_state_in_place_kernel(void* v, float* s, const void* vo, c
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= num_rows * heads) return;
   if (live_rows && idx / heads >= *live_rows) return;
-  const float a = s[idx], b = so[idx];
-  const float m = a > b ? a : b;
-  const int64_t base = idx * dim;
-  if (m == -INFINITY) {
-    for (int d = 0; d < dim; ++d) st_dt(v, base + d, dt, 0.f);
-    s[idx] = -INFINITY;
-    return;
-  }
-  const float wa = expf(a - m), wb = expf(b - m), inv = 1.f / (wa + wb);
-  for (int d = 0; d < dim; ++d)
-    st_dt(v, base + d, dt, (ld_dt(v, base + d, dt) * wa + ld_dt(vo, base + d, dt) * wb) * inv);
-  s[idx] = m + logf(wa + wb);
+  s[idx] = merge_one(v, s[idx], vo, so[idx], v, idx * dim, dim, dt);
 }
