@@ -353,9 +353,7 @@ def run_batch(c: Call) -> dict:
 OPS = {
     "single_prefill": single_prefill,
     "single_decode": single_decode,
-    "paged_prefill": run_batch,
-    "ragged_prefill": run_batch,
-    "batch_decode": run_batch,
+    **{op: run_batch for op in PREPARE},
     "merge_state": merge_state,
     "mixed_batch": mixed_batch,
 }

@@ -42,7 +42,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.targets.base import Skip, Target
-from harness.targets.bundled import Call, run_batch
+from harness.targets.bundled import PREPARE, Call, run_batch
 from harness.targets.bundled_layout import to_layout
 from harness.targets.bundled_merge import check_splits, merged
 
@@ -169,9 +169,7 @@ def merge_state(c: FiCall) -> dict:
 OPS = {
     "single_prefill": single_prefill,
     "single_decode": single_decode,
-    "paged_prefill": run_batch,
-    "ragged_prefill": run_batch,
-    "batch_decode": run_batch,
+    **{op: run_batch for op in PREPARE},
     "merge_state": merge_state,
 }
 
