@@ -6,6 +6,8 @@ Names load on first use, so `python -m kernels.build` does not import torch for 
 """
 import importlib
 
+__version__ = "0.1.0"
+
 _WHERE = {
     "single_prefill_with_kv_cache": "single", "single_decode_with_kv_cache": "single",
     "BatchPrefillWithPagedKVCacheWrapper": "prefill", "BatchPrefillWithRaggedKVCacheWrapper": "prefill",

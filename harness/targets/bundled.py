@@ -364,15 +364,19 @@ class BundledTarget(Target):
     routes = BUNDLED_ROUTES
 
     def version(self) -> str:
-        return str(getattr(_kernels(), "__version__", "0"))
+        return _kernels().__version__
 
     def build_id(self) -> str:
-        fn = getattr(_kernels(), "build_id", None)
-        return str(fn()) if callable(fn) else ""
+        # The content hash of the sources, platform, arch and flags: what actually ran.
+        return _kernels().build_info()["build_hash"][:16]
+
+    def commit(self) -> str:
+        # The library lives in this repository, so its commit is the repository's.
+        from harness.platform_info import repo_commit
+        return repo_commit()
 
     def platform(self) -> str:
-        fn = getattr(_kernels(), "platform", None)
-        return str(fn()) if callable(fn) else "host"
+        return _kernels().build_info()["platform"]
 
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
         if case.route not in self.routes:
