@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXIT_PASS, EXIT_FAIL, EXIT_UNKNOWN_CASE, EXIT_BUILD = 0, 1, 4, 5
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNKNOWN_CASE, EXIT_BUILD = 0, 1, 2, 4, 5
 
 
 def _csv(value):
@@ -171,10 +171,14 @@ def cmd_check(args) -> int:
 
     results = Path(args.results) if args.results else default_results_path()
     cmd = pytest_command(args, results)
-    try:  # before the run: the cases pytest is about to collect
+    import pytest
+    from harness.plugin import check_guard_names
+    try:  # before the run: bad options fail here, with the field and the values
+        check_guard_names(args.disable_guards, args.target)
         expected = {c.id for c in _select(args)}
-    except Exception:
-        expected = set()
+    except (ValueError, pytest.UsageError) as why:
+        print(f"check: {why}", file=sys.stderr)
+        return EXIT_USAGE
     start = time.perf_counter()
     env = dict(os.environ)
     env.setdefault("PYTHONPATH", str(ROOT))

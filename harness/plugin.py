@@ -75,10 +75,12 @@ def select_cases(target_name: str, families=None, routes=None, case_id=None,
             import cases as families_pkg
             cases = families_pkg.generate(families, routes=target.routes)
     if routes:
-        unknown = set(routes) - {c.route for c in cases}
+        available = {c.route for c in cases}
+        unknown = set(routes) - available
+        if unknown:
+            raise pytest.UsageError(f"--route: no cases on {sorted(unknown)}; "
+                                    f"routes with cases: {sorted(available) or 'none'}")
         cases = [c for c in cases if c.route in routes]
-        if unknown and not cases:
-            raise pytest.UsageError(f"--route: no cases on {sorted(unknown)}")
     if case_id:
         cases = [c for c in cases if case_id in c.id]
     return cases
@@ -158,7 +160,23 @@ def default_results_path() -> Path:
     return table.results_path(platform_info.arch(), platform_info.repo_commit())
 
 
-def _disable_guards_env(value: str | None) -> None:
+def check_guard_names(value: str | None, target: str = DEFAULT_TARGET) -> None:
+    """--disable-guards names guards the bundled library has (or `all`); else UsageError.
+
+    Guards are the bundled library's; other targets get the variable untouched.
+    """
+    if not value or target != "bundled":
+        return
+    from kernels.guards import NAMES
+    names = {n.strip() for n in value.split(",") if n.strip()}
+    unknown = sorted(names - set(NAMES) - {"all"})
+    if unknown:
+        raise pytest.UsageError(f"--disable-guards: unknown guard(s) {unknown}; known: all, "
+                                f"{', '.join(sorted(NAMES))}")
+
+
+def _disable_guards_env(value: str | None, target: str) -> None:
+    check_guard_names(value, target)
     if value:
         os.environ["KERNELS_DISABLE_GUARDS"] = value
 
@@ -180,7 +198,7 @@ def pytest_configure(config):
     if config.getoption("collectonly"):
         return
     # Before xdist spawns workers: they inherit the environment.
-    _disable_guards_env(config.getoption("disable_guards"))
+    _disable_guards_env(config.getoption("disable_guards"), config.getoption("target"))
     if config.pluginmanager.hasplugin("xdist") and config.getoption("maxworkerrestart", None) is None:
         # Every crash costs a worker; xdist's default (4 per worker) would end the run.
         config.option.maxworkerrestart = "1000000"

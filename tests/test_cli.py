@@ -95,3 +95,17 @@ def test_before_after_table_markdown():
                         "| a\\|b |")
     assert len(cli.before_after_table(df, failing_only=False).strip().splitlines()) == 4
     assert "No failing rows" in cli.before_after_table(df[df["pass"]])
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--family", "nosuch"], ["--family", "nosuch", "valid"]),
+    (["--target", "nosuch"], ["--target", "nosuch", "bundled"]),
+    (["--route", "fa2.single_prefill,fa9.x"], ["--route", "fa9.x", "fa2.paged_prefill"]),
+    (["--disable-guards", "gqa_divisible,nosuch"], ["--disable-guards", "nosuch", "gqa_divisible"]),
+], ids=["family", "target", "route", "disable_guards"])
+def test_check_refuses_bad_options_naming_field_and_values(argv, words, capsys):
+    from harness.cli import main
+    assert main(["check", *argv]) == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err
