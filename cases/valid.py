@@ -64,13 +64,21 @@ SINGLE_PREFILL_LENS = ((1, 1), (1, 37), (17, 17), (13, 61), (31, 97), (7, 129))
 
 
 def _single_prefill():
-    for dtype, head_dim, heads, k in _core_rows():
-        causal, window = MASKS[k % 4]
-        qo, kv = SINGLE_PREFILL_LENS[k % len(SINGLE_PREFILL_LENS)]
-        layout = ("NHD", "HND")[(k // 2) % 2]
-        p = _base(dtype, head_dim, heads, qo_lens=[qo], kv_lens=[kv], causal=causal,
-                  window_left=window, return_lse=k % 3 != 1, layout=layout)
-        yield "grid", p, _tag(p, f"q{qo}k{kv}", _mask_tag(causal, window), layout.lower())
+    # The full cross product dtype x head_dim x GQA ratio x (causal, window): single
+    # routes are cheap, so nothing is left to a covering design; lengths and layouts
+    # cycle through it so each appears with every dtype and head_dim.
+    k = 0
+    for dtype in DTYPES:
+        for head_dim in HEAD_DIMS:
+            for heads in GQA:
+                for causal, window in MASKS:
+                    qo, kv = SINGLE_PREFILL_LENS[k % len(SINGLE_PREFILL_LENS)]
+                    layout = ("NHD", "HND")[(k // 5) % 2]
+                    p = _base(dtype, head_dim, heads, qo_lens=[qo], kv_lens=[kv], causal=causal,
+                              window_left=window, return_lse=k % 3 != 1, layout=layout)
+                    yield "grid", p, _tag(p, f"q{qo}k{kv}", _mask_tag(causal, window),
+                                          layout.lower())
+                    k += 1
     # Explicit scale and a longer causal square.
     p = _base("bf16", 128, (8, 2), qo_lens=[67], kv_lens=[67], causal=True, window_left=-1,
               sm_scale=0.05, return_lse=True, layout="NHD")
@@ -89,13 +97,18 @@ SINGLE_DECODE_KV = (1, 17, 100, 257)
 
 
 def _single_decode():
-    for dtype, head_dim, heads, k in _core_rows():
-        kv = SINGLE_DECODE_KV[k % len(SINGLE_DECODE_KV)]
-        window = (-1, 15)[(k // 3) % 2]
-        layout = ("NHD", "HND")[k % 2]
-        p = _base(dtype, head_dim, heads, qo_lens=[1], kv_lens=[kv], causal=False,
-                  window_left=window, return_lse=k % 2 == 0, layout=layout)
-        yield "grid", p, _tag(p, f"k{kv}", _mask_tag(False, window), layout.lower())
+    # dtype x head_dim x GQA ratio x window in full (a decode row has no causal choice).
+    k = 0
+    for dtype in DTYPES:
+        for head_dim in HEAD_DIMS:
+            for heads in GQA:
+                for window in (-1, 15):
+                    kv = SINGLE_DECODE_KV[k % len(SINGLE_DECODE_KV)]
+                    layout = ("NHD", "HND")[(k // 3) % 2]
+                    p = _base(dtype, head_dim, heads, qo_lens=[1], kv_lens=[kv], causal=False,
+                              window_left=window, return_lse=k % 2 == 0, layout=layout)
+                    yield "grid", p, _tag(p, f"k{kv}", _mask_tag(False, window), layout.lower())
+                    k += 1
     p = _base("fp16", 128, (8, 1), qo_lens=[1], kv_lens=[64], causal=False, window_left=-1,
               sm_scale=0.2, return_lse=True, layout="NHD")
     yield "sm_scale", p, _tag(p, "k64", "s0.2")
