@@ -176,7 +176,8 @@ def cmd_check(args) -> int:
     try:  # before the run: bad options fail here, with the field and the values
         check_guard_names(args.disable_guards, args.target)
         expected = {c.id for c in _select(args)}
-    except (ValueError, pytest.UsageError) as why:
+    except (ValueError, RuntimeError, ImportError, pytest.UsageError) as why:
+        # Unknown names, or a target whose library is missing: say so, run nothing.
         print(f"check: {why}", file=sys.stderr)
         return EXIT_USAGE
     start = time.perf_counter()

@@ -109,3 +109,14 @@ def test_check_refuses_bad_options_naming_field_and_values(argv, words, capsys):
     err = capsys.readouterr().err
     for word in words:
         assert word in err, err
+
+
+def test_check_with_a_missing_library_is_a_usage_error(monkeypatch, capsys):
+    import harness.plugin
+    from harness.cli import main
+
+    def no_library(*args, **kwargs):
+        raise RuntimeError("flashinfer target: `pip install flashinfer-python`")
+    monkeypatch.setattr(harness.plugin, "select_cases", no_library)
+    assert main(["check", "--target", "flashinfer"]) == 2
+    assert "pip install flashinfer-python" in capsys.readouterr().err
