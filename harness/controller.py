@@ -65,20 +65,15 @@ class Controller:
             row = next((v for k, v in report.user_properties if k == ROW_KEY), None)
             if row is not None:
                 _finish_row(run, report, dict(row))
+            elif report.outcome != "passed":
+                # The case raised before its row existed (bad params, an adapter
+                # bug): without this row the table and its reports would omit a
+                # failing case.
+                _harness_error_row(run, report, "call", "harness error in the case")
         elif report.when == "???" or getattr(report, "harness_death", None) is not None:
             _crash_row(run, report)
         elif report.when == "setup" and report.outcome != "passed":
-            case = run.cases_by_id().get(case_id_of(report.nodeid))
-            if case is None:
-                return
-            if report.outcome == "skipped":
-                row = case_row(case, outcome="skipped", **{"pass": True},
-                               message=_longrepr(report)[:500])
-            else:
-                row = case_row(case, outcome="crash", **{"pass": False}, error_type="setup",
-                               message="harness error before the case ran: "
-                                       + _longrepr(report)[-500:])
-            _finish_row(run, report, row)
+            _harness_error_row(run, report, "setup", "harness error before the case ran")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus):
@@ -100,6 +95,20 @@ class Controller:
     def pytest_unconfigure(self, config):
         import shutil
         shutil.rmtree(self.run.state_dir, ignore_errors=True)
+
+
+def _harness_error_row(run: Run, report, phase: str, what: str) -> None:
+    """The row of a case that never produced one: skipped, or a harness error."""
+    case = run.cases_by_id().get(case_id_of(report.nodeid))
+    if case is None:
+        return
+    if report.outcome == "skipped":
+        row = case_row(case, outcome="skipped", **{"pass": True},
+                       message=_longrepr(report)[:500], **_any_context(run))
+    else:
+        row = case_row(case, outcome="crash", **{"pass": False}, error_type=phase,
+                       message=f"{what}: " + _longrepr(report)[-500:], **_any_context(run))
+    _finish_row(run, report, row)
 
 
 def _longrepr(report) -> str:

@@ -66,3 +66,16 @@ def test_case_id_filter_and_exit_zero(tmp_path):
     proc, by_id, rows = run_matrix(tmp_path, path, "-n", "1", "--case-id", "none")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert set(by_id) == {cases[0].id, cases[2].id}
+
+
+def test_a_case_that_raises_in_the_harness_still_gets_a_failing_row(tmp_path):
+    # Bad params raise in build_problem before the case has a row; without a row
+    # of its own the table (and every report made from it) would omit the case.
+    path, cases = write_cases(tmp_path, "none", ("none", {"dtype": "fp8"}))
+    proc, by_id, rows = run_matrix(tmp_path, path)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert set(by_id) == {c.id for c in cases}
+    bad = by_id[cases[1].id]
+    assert bad["outcome"] == "crash" and not bad["pass"] and bad["error_type"] == "call"
+    assert "harness error in the case" in bad["message"] and "dtype" in bad["message"]
+    assert bad["target"] == "faults" and bad["arch"] and bad["run_id"] == by_id[cases[0].id]["run_id"]
