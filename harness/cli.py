@@ -8,8 +8,8 @@ Exit codes (stable: bisect and CI read them):
   check   0 every row passes (after the ledger); 1 a row fails, the ledger has
           errors, or rows are missing; otherwise pytest's own code (2
           interrupted, 4 usage error)
-  repro   0 pass, 1 fail, 4 unknown case id, 5 library build failure
-  list    0, or 4 when the selection is empty
+  repro   0 pass, 1 fail, 2 bad option, 4 unknown case id, 5 library build failure
+  list    0, 2 bad option, or 4 when the selection is empty
 """
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNKNOWN_CASE, EXIT_BUILD = 0, 1, 2, 4, 5
+
+
+def input_errors() -> tuple:
+    """What reading the options raises on bad input: an unknown name (ValueError,
+    pytest.UsageError) or a missing or unreadable file (OSError). Caught only
+    around that reading, so a harness bug elsewhere keeps its traceback."""
+    import pytest
+    return (ValueError, OSError, pytest.UsageError)
 
 
 def _csv(value):
@@ -47,7 +55,11 @@ def _select(args):
 # ------------------------------------------------------------------ list
 
 def cmd_list(args) -> int:
-    cases = _select(args)
+    try:
+        cases = _select(args)
+    except input_errors() as why:
+        print(f"list: {why}", file=sys.stderr)
+        return EXIT_USAGE
     for case in cases:
         print(case.id)
     print(f"{len(cases)} cases", file=sys.stderr)
@@ -171,12 +183,11 @@ def cmd_check(args) -> int:
 
     results = Path(args.results) if args.results else default_results_path()
     cmd = pytest_command(args, results)
-    import pytest
     from harness.plugin import check_guard_names
     try:  # before the run: bad options fail here, with the field and the values
         check_guard_names(args.disable_guards, args.target)
         expected = {c.id for c in _select(args)}
-    except (ValueError, RuntimeError, ImportError, pytest.UsageError) as why:
+    except (RuntimeError, ImportError, *input_errors()) as why:
         # Unknown names, or a target whose library is missing: say so, run nothing.
         print(f"check: {why}", file=sys.stderr)
         return EXIT_USAGE
@@ -238,10 +249,16 @@ def cmd_repro(args) -> int:
             faulthandler.enable()
         except (OSError, ValueError, AttributeError):
             pass  # stderr without a file descriptor (captured)
-    if args.disable_guards:
-        os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
+    from harness.plugin import check_guard_names
+    from harness.targets import load_target
     case_file = args.case_json or args.cases_file
     try:
+        # An unknown guard name would otherwise reach the library, whose refusal
+        # of it the row would record as the case's own refusal.
+        check_guard_names(args.disable_guards, args.target)
+        if args.disable_guards:
+            os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
+        target = load_target(args.target)
         cases = _load_case_json(case_file) if case_file else _select(
             argparse.Namespace(target=args.target, family=None, route=None, case_id=None,
                                cases_file=None))
@@ -249,6 +266,9 @@ def cmd_repro(args) -> int:
         if _is_build_error(e):
             print(f"repro: library build failed: {e}", file=sys.stderr)
             return EXIT_BUILD
+        if isinstance(e, input_errors()):
+            print(f"repro: {e}", file=sys.stderr)
+            return EXIT_USAGE
         raise
     by_id = {c.id: c for c in cases}
     case = by_id.get(args.case_id)
@@ -262,10 +282,8 @@ def cmd_repro(args) -> int:
         return EXIT_UNKNOWN_CASE
     from harness.execute import execute_case
     from harness.plugin import case_row
-    from harness.targets import load_target
 
     try:
-        target = load_target(args.target)
         result = execute_case(case, target, on_stage=(
             (lambda s: print(f"stage: {s}", file=sys.stderr, flush=True)) if args.verbose else None))
     except Exception as e:

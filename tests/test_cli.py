@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,27 @@ def test_check_with_a_missing_library_is_a_usage_error(monkeypatch, capsys):
     monkeypatch.setattr(harness.plugin, "select_cases", no_library)
     assert main(["check", "--target", "flashinfer"]) == 2
     assert "pip install flashinfer-python" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["list", "--family", "nosuch"], ["list:", "--family", "nosuch", "valid"]),
+    (["list", "--target", "nosuch"], ["list:", "--target", "nosuch", "bundled"]),
+    (["list", "--route", "fa9.x"], ["list:", "--route", "fa9.x", "fa2.paged_prefill"]),
+    (["list", "--cases-file", "/no/such/cases.json"], ["list:", "/no/such/cases.json"]),
+    (["check", "--cases-file", "/no/such/cases.json"], ["check:", "/no/such/cases.json"]),
+    (["repro", "x", "--target", "nosuch"], ["repro:", "--target", "nosuch", "bundled"]),
+    (["repro", "x", "--case-json", "/no/such/case.json"], ["repro:", "/no/such/case.json"]),
+    (["repro", "faults.single_prefill/faults.none/n0", "--target", "bundled",
+      "--disable-guards", "nosuch"], ["repro:", "--disable-guards", "nosuch", "gqa_divisible"]),
+], ids=["list-family", "list-target", "list-route", "list-cases-file", "check-cases-file",
+        "repro-target", "repro-case-json", "repro-disable-guards"])
+def test_list_and_repro_refuse_bad_options_naming_field_and_values(argv, words, capsys,
+                                                                  monkeypatch):
+    # An unknown guard name must not reach the library: it would refuse the call,
+    # and the row would record that as the case's own refusal.
+    monkeypatch.delenv("KERNELS_DISABLE_GUARDS", raising=False)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err
+    assert "KERNELS_DISABLE_GUARDS" not in os.environ
