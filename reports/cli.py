@@ -33,6 +33,16 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--title", default=None)
 
 
+def _load(option: str, paths) -> pd.DataFrame:
+    """The tables an option names; a missing or corrupt file is a usage error naming both."""
+    try:
+        return load_results(paths)
+    except (OSError, ValueError) as why:
+        # Exit 2, not 1: compare's 1 means "a regression", report's "a failing row".
+        print(f"{option}: {why}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def default_out(df: pd.DataFrame) -> Path:
     names = sorted(a for a in df["arch"].unique() if a) or ["unknown"]
     return Path("reports/out") / ("+".join(names) + ".html")
@@ -51,8 +61,8 @@ def _apply_ledger(df: pd.DataFrame, path: str) -> tuple[pd.DataFrame, list[str]]
 def report_main(args: argparse.Namespace) -> int:
     from .html import render_html
     from .markdown import render_markdown
-    df = load_results(args.results)
-    base = load_results(args.base) if getattr(args, "base", None) else None
+    df = _load("--results", args.results)
+    base = _load("--base", args.base) if getattr(args, "base", None) else None
     errors: list[str] = []
     guards = getattr(args, "disable_guards", None)
     if guards:
@@ -95,7 +105,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 def compare_main(args: argparse.Namespace) -> int:
     """Print regressions, fixes and new cases; exit 1 when there is any regression."""
-    base, head = load_results(args.base), load_results(args.head)
+    base, head = _load("--base", args.base), _load("--head", args.head)
     if getattr(args, "ledger", None):
         base, _ = _apply_ledger(base, args.ledger)
         head, _ = _apply_ledger(head, args.ledger)

@@ -134,3 +134,25 @@ def test_report_and_compare_cli(tmp_path, capsys):
     assert main(["compare", "--base", str(base), "--head", str(head)]) == 1
     assert "regression fa2.paged_prefill/strided.q/bf16-d128: match -> wrong" in \
         " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["report", "--results", "{missing}"], ["--results", "{missing}"]),
+    (["report", "--results", "{good}", "--base", "{corrupt}"], ["--base", "{corrupt}", ":1:"]),
+    (["compare", "--base", "{missing}", "--head", "{good}"], ["--base", "{missing}"]),
+    (["compare", "--base", "{good}", "--head", "{corrupt}"], ["--head", "{corrupt}", ":1:"]),
+], ids=["report-missing", "report-corrupt-base", "compare-missing", "compare-corrupt"])
+def test_report_and_compare_name_the_option_and_file_of_a_bad_table(argv, words, tmp_path,
+                                                                      capsys):
+    # Exit 2: compare's exit 1 means a regression, which a missing table is not.
+    from harness.cli import main
+    files = {"missing": str(tmp_path / "missing.jsonl"), "good": str(tmp_path / "good.jsonl"),
+             "corrupt": str(tmp_path / "corrupt.jsonl")}
+    (tmp_path / "good.jsonl").write_text(json.dumps(row("a", "match", True)) + "\n")
+    (tmp_path / "corrupt.jsonl").write_text("not json\n")
+    with pytest.raises(SystemExit) as exit_:
+        main([a.format(**files) for a in argv] + ["--out", str(tmp_path / "r.html")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word.format(**files) in err, err
