@@ -262,6 +262,9 @@ def main(args: argparse.Namespace) -> int:
     except KeyError:
         print(f"shrink: unknown case id {args.case_id!r}", file=sys.stderr)
         return 4
+    except (ValueError, OSError) as why:   # an unknown target, a missing or bad case file
+        print(f"shrink: {why}", file=sys.stderr)
+        return 2
     step = subprocess_step(args.target, args.disable_guards, args.timeout)
     log = (lambda s: print(s, file=sys.stderr)) if args.verbose else (lambda s: None)
     try:

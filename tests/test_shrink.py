@@ -86,3 +86,15 @@ def test_subprocess_step_maps_repro_results(tmp_path, body, expected):
     fake.chmod(0o755)
     step = subprocess_step(python=str(fake), workdir=str(tmp_path), timeout=30)
     assert step(case()) == expected
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["shrink", "x", "--target", "nosuch"], ["shrink:", "--target", "nosuch", "bundled"]),
+    (["shrink", "x", "--case-json", "/no/such/case.json"], ["shrink:", "/no/such/case.json"]),
+], ids=["target", "case-json"])
+def test_bad_target_or_case_file_is_a_usage_error(argv, words, capsys):
+    from harness.cli import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err, err
