@@ -34,10 +34,6 @@ def input_errors() -> tuple:
     return (ValueError, OSError, pytest.UsageError)
 
 
-def _csv(value):
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
-
-
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="bundled", help="library under test [bundled]")
     p.add_argument("--family", default=None, help="families, comma-separated [all]")
@@ -46,9 +42,20 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases-file", default=None, help="a JSON list of cases instead of families")
 
 
+def positive_seconds(text: str) -> float:
+    """argparse type for --case-timeout: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text!r}")
+    return value
+
+
 def _select(args):
-    from harness.plugin import select_cases
-    return select_cases(args.target, _csv(args.family), _csv(args.route), args.case_id,
+    from harness.plugin import csv_list, select_cases
+    return select_cases(args.target, csv_list(args.family), csv_list(args.route), args.case_id,
                         args.cases_file)
 
 
@@ -161,22 +168,6 @@ def summary_text(df, wall_s: float | None = None, max_failures: int = 200) -> st
     return "\n".join(out)
 
 
-def apply_ledgers(df, path=None):
-    """The ledger per arch, when the ledger module exists; (df, errors)."""
-    try:
-        from harness.ledger import apply_ledger
-    except ImportError:
-        return df, []
-    import pandas as pd
-
-    parts, errors = [], []
-    for arch, part in df.groupby(df["arch"].astype(str), sort=False):
-        part, errs = apply_ledger(part, arch, path)
-        parts.append(part)
-        errors += errs
-    return (pd.concat(parts).sort_index() if parts else df), errors
-
-
 def cmd_check(args) -> int:
     from harness import table
     from harness.plugin import default_results_path
@@ -202,7 +193,8 @@ def cmd_check(args) -> int:
     df = table.load_table(results)
     if not args.results and len(df):
         table.copy_latest(results, str(df["arch"].iloc[-1]))
-    df, ledger_errors = apply_ledgers(df, args.ledger)
+    from harness.ledger import apply_ledger_per_arch
+    df, ledger_errors = apply_ledger_per_arch(df, args.ledger)
     print()
     print(summary_text(df, wall))
     if args.disable_guards:
@@ -345,7 +337,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p.add_argument("--reruns", type=int, default=None,
                    help="reruns of a failing case [2; 0 with --disable-guards]")
     p.add_argument("--results", default=None, help="table path [results/<arch>-<commit>.jsonl]")
-    p.add_argument("--case-timeout", type=float, default=None, help="seconds before a hang")
+    p.add_argument("--case-timeout", type=positive_seconds, default=None, help="seconds before a hang")
     p.add_argument("--run-id", default=None)
     p.add_argument("--ledger", default=None, help="known-failures ledger [cases/known_failures.json]")
     p.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")

@@ -96,3 +96,14 @@ def apply_ledger(df: pd.DataFrame, arch: str, path=None) -> tuple[pd.DataFrame, 
                 errors.append(f"{where}: the entry for {label} expects {entry['outcome']!r} "
                               f"but the case gave {outcome!r}; update or remove the entry")
     return df, errors
+
+
+def apply_ledger_per_arch(df: pd.DataFrame, path=None) -> tuple[pd.DataFrame, list[str]]:
+    """apply_ledger on each arch's rows of a table that may merge several arches."""
+    parts, errors = [], []
+    arch = df["arch"].fillna("").astype(str)
+    for name, part in df.groupby(arch, sort=False):
+        part, errs = apply_ledger(part, name, path)
+        parts.append(part)
+        errors.extend(errs)
+    return (pd.concat(parts).sort_index() if parts else df), errors

@@ -54,7 +54,7 @@ def pytest_addoption(parser):
 
 # ------------------------------------------------------------------ selection
 
-def _csv(value: str | None) -> list[str] | None:
+def csv_list(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
@@ -122,8 +122,8 @@ class Run:
 
     def cases(self) -> list:
         if self._cases is None:
-            self._cases = select_cases(self.opt("target"), _csv(self.opt("family")),
-                                       _csv(self.opt("route")), self.opt("case_id"),
+            self._cases = select_cases(self.opt("target"), csv_list(self.opt("family")),
+                                       csv_list(self.opt("route")), self.opt("case_id"),
                                        self.opt("cases_file"))
         return self._cases
 
@@ -327,6 +327,8 @@ def run_case(request, case) -> dict:
     if state.data.get("context") is None:
         state.set_context(_context(run, target))
     state.begin(case.id, run.timeout_for(case))
+    # A rerun must never report the previous attempt's row if this attempt raises.
+    item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
     try:
         result = execute_case(case, target, on_stage=state.stage)
     finally:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.ledger import apply_ledger_per_arch
+
 from . import is_missing, load_results
 from .compare import compare, summary
 
@@ -48,16 +50,6 @@ def default_out(df: pd.DataFrame) -> Path:
     return Path("reports/out") / ("+".join(names) + ".html")
 
 
-def _apply_ledger(df: pd.DataFrame, path: str) -> tuple[pd.DataFrame, list[str]]:
-    from harness.ledger import apply_ledger
-    parts, errors = [], []
-    for arch, part in df.groupby("arch", sort=True):
-        part, errs = apply_ledger(part, arch, path)
-        parts.append(part)
-        errors.extend(errs)
-    return (pd.concat(parts, ignore_index=True) if parts else df), errors
-
-
 def report_main(args: argparse.Namespace) -> int:
     from .html import render_html
     from .markdown import render_markdown
@@ -69,9 +61,9 @@ def report_main(args: argparse.Namespace) -> int:
         unset = df["disable_guards"].isna() | (df["disable_guards"].astype(str) == "")
         df.loc[unset, "disable_guards"] = guards
     if getattr(args, "ledger", None):
-        df, errors = _apply_ledger(df, args.ledger)
+        df, errors = apply_ledger_per_arch(df, args.ledger)
         if base is not None:
-            base, _ = _apply_ledger(base, args.ledger)
+            base, _ = apply_ledger_per_arch(base, args.ledger)
     title = getattr(args, "title", None) or "Attention correctness: " + (
         ", ".join(sorted(a for a in df["arch"].unique() if a)) or "no rows")
     out = Path(args.out) if getattr(args, "out", None) else default_out(df)
@@ -107,8 +99,8 @@ def compare_main(args: argparse.Namespace) -> int:
     """Print regressions, fixes and new cases; exit 1 when there is any regression."""
     base, head = _load("--base", args.base), _load("--head", args.head)
     if getattr(args, "ledger", None):
-        base, _ = _apply_ledger(base, args.ledger)
-        head, _ = _apply_ledger(head, args.ledger)
+        base, _ = apply_ledger_per_arch(base, args.ledger)
+        head, _ = apply_ledger_per_arch(head, args.ledger)
     changes = compare(base, head)
     counts = summary(changes)
     print("compare: " + ", ".join(f"{n} {k}" for k, n in counts.items()))

@@ -73,3 +73,21 @@ def test_malformed_ledger_names_file_and_field(tmp_path, bad, words):
 def test_checked_in_ledger_is_valid():
     for e in load_ledger(DEFAULT_PATH):
         assert e["reason"].strip()
+
+
+def test_ledger_per_arch_applies_each_arch_its_own_entries(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from harness.ledger import apply_ledger_per_arch
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps([{"arch": "gfx942", "case_id": "r.op/f.v", "outcome": "wrong",
+                                 "reason": "known on gfx942 only"}]))
+    df = pd.DataFrame([
+        {"arch": "gfx942", "case_id": "r.op/f.v", "outcome": "wrong", "expect": "match", "pass": False},
+        {"arch": "gfx950", "case_id": "r.op/f.v", "outcome": "wrong", "expect": "match", "pass": False},
+    ])
+    out, errors = apply_ledger_per_arch(df, path)
+    assert errors == []
+    assert out.set_index("arch")["pass"].to_dict() == {"gfx942": True, "gfx950": False}
