@@ -182,6 +182,10 @@ def cmd_check(args) -> int:
         # Unknown names, or a target whose library is missing: say so, run nothing.
         print(f"check: {why}", file=sys.stderr)
         return EXIT_USAGE
+    if not expected and not args.resume:
+        print(f"check: no cases selected (--target {args.target}, --family {args.family or 'all'}, "
+              f"--route {args.route or 'all'}, --case-id {args.case_id or 'any'})", file=sys.stderr)
+        return EXIT_USAGE
     start = time.perf_counter()
     env = dict(os.environ)
     env.setdefault("PYTHONPATH", str(ROOT))

@@ -103,7 +103,8 @@ def test_before_after_table_markdown():
     (["--target", "nosuch"], ["--target", "nosuch", "bundled"]),
     (["--route", "fa2.single_prefill,fa9.x"], ["--route", "fa9.x", "fa2.paged_prefill"]),
     (["--disable-guards", "gqa_divisible,nosuch"], ["--disable-guards", "nosuch", "gqa_divisible"]),
-], ids=["family", "target", "route", "disable_guards"])
+    (["--case-id", "zzz"], ["no cases selected", "--case-id zzz"]),
+], ids=["family", "target", "route", "disable_guards", "empty_selection"])
 def test_check_refuses_bad_options_naming_field_and_values(argv, words, capsys):
     from harness.cli import main
     assert main(["check", *argv]) == 2
