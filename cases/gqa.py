@@ -3,9 +3,10 @@
 12 q heads over 8 kv heads has no group size (before the fix the kernels
 ran a truncated group of 1 and answered wrongly); 4 over 8 gives a group
 size of 0 (an integer division by it is SIGFPE on the host); 0 kv heads has
-no group at all. All three must be refused with a catchable exception
-naming the head counts. 7 over 1 (a group of 7, not a power of two) and 5
-over 5 (plain MHA with an odd count) must match.
+no group at all. None of the three has a defined answer (`refuse`: anything
+that runs is silent); each must be refused with a catchable exception naming
+the head counts and their values as words. 7 over 1 (a group of 7, not a
+power of two) and 5 over 5 (plain MHA with an odd count) must match.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
 
 # (num_qo_heads, num_kv_heads, variant, expect, words the refusal names)
 HEADS = (
-    (12, 8, "q12_over_kv8", "refuse", ("num_qo_heads",)),
-    (4, 8, "q4_over_kv8", "refuse", ("num_qo_heads",)),
-    (8, 0, "kv0", "refuse", ("num_kv_heads",)),
+    (12, 8, "q12_over_kv8", "refuse", ("num_qo_heads", "12", "num_kv_heads", "8")),
+    (4, 8, "q4_over_kv8", "refuse", ("num_qo_heads", "4", "num_kv_heads", "8")),
+    (8, 0, "kv0", "refuse", ("num_kv_heads", "0")),
     (7, 1, "q7_over_kv1", "match", ()),
     (5, 5, "q5_over_kv5", "match", ()),
 )

@@ -12,11 +12,15 @@ partial_state here is the attention state of each request's first
 prefix_tokens kv tokens (a shared prefix, computed by the reference); the
 paged cache holds the rest, so only a correct merge gives the right answer.
 
-Refusals:
-  - partial_state on a split plan without an lse: the merge reads the lse,
-    so run() must refuse, naming it;
-  - a re-plan that changes the batch size, or needs more q rows or page
-    indices than the first plan fixed: plan() must refuse, naming the field.
+Contracts:
+  - partial_state on a split plan without an lse: the answer is defined (a
+    library may compute the lse it needs itself), so match_or_refuse; the
+    bundled merge reads the lse, so it refuses, naming it;
+  - a re-plan for a smaller batch: the answer is defined, but a captured
+    graph is fixed to its batch: match_or_refuse;
+  - a re-plan that needs a larger batch, more q rows or more page indices
+    than the first plan fixed: there is nowhere to put them (a replay past
+    the capacity), so `refuse`, naming the field.
 
 Scenario: params["scenario"] = "graph_replan" (harness/targets/bundled_replan.py);
 params["capacity"] is the first plan's batch. On the host the graph mode is
@@ -43,9 +47,9 @@ ROWS = (
     ("rows16_to_8_uneven", [3, 5], [30, 61], [10, 6], [40, 61], 12, True, "match", ()),
     ("rows16_to_8_no_partial_state", [4, 4], [45, 70], [8, 8], [45, 70], 0, True, "match", ()),
     ("rows16_to_16_partial_state", [8, 8], [45, 70], [8, 8], [45, 70], 8, True, "match", ()),
-    ("partial_state_without_lse", [4, 4], [45, 70], [8, 8], [45, 70], 8, False, "refuse",
-     ("lse",)),
-    ("batch_shrinks", [4, 4], [45, 70], [6, 5, 5], [45, 70, 20], 8, True, "refuse",
+    ("partial_state_without_lse", [4, 4], [45, 70], [8, 8], [45, 70], 8, False,
+     "match_or_refuse", ("lse",)),
+    ("batch_shrinks", [4, 4], [45, 70], [6, 5, 5], [45, 70, 20], 8, True, "match_or_refuse",
      ("batch_size",)),
     ("batch_grows", [3, 3, 2], [45, 70, 20], [8, 8], [45, 70], 8, True, "refuse",
      ("batch_size",)),

@@ -9,8 +9,12 @@ q rows: fewer than planned must be refused; more is what CUDA-graph callers
 do (they pad q and out to a fixed capacity), so up to capacity it must run
 and the first planned rows must match.
 
-A refused case is marked params["undefined_answer"]: a run that goes ahead has no
-right answer, so the harness reports it `silent` (or worse), never judges values.
+Contracts: every mismatch and the half-failed plan are `refuse`: tensors that
+disagree with plan() have no right answer, so any run is `silent` (or worse).
+Padded q rows and the plan kept after a rejected re-plan are `match`: that
+is the API's promise (CUDA-graph callers pad; a rejected batch must not
+cost the caller its previous plan), and a library that refuses them fails on
+capability, not correctness.
 
 Scenarios (params["scenario"], harness/targets/bundled_scenarios.py):
   plan_failed_midway     plan() for the problem, then a second plan() that
@@ -84,7 +88,7 @@ def _scenarios(op, base):
     long_kv = dict(base, kv_lens=[k + 200 for k in base["kv_lens"]])
     yield ("plan_failed_midway",
            {**long_kv, "scenario": "plan_failed_midway", "replan_max_kv_chunk": 8,
-            "workspace_bytes": 1 << 16, "undefined_answer": True},
+            "workspace_bytes": 1 << 16},
            "refuse", ("plan()", "failed"))
     # Without LSE: aiter's return_lse runs through its own shadow plan, not the main one.
     yield ("plan_rejected_first",
@@ -105,8 +109,6 @@ def cases(routes) -> Iterator[Case]:
             params = {**base, "mismatch": {"field": field, "value": value}}
             words = ()
             if expect == "refuse":
-                # Tensors that disagree with plan() have no right answer to compare with.
-                params["undefined_answer"] = True
                 given = "float16" if field == "dtype" else value
                 words = (WORD_BY_OP.get((op, word), word), str(planned(base)), str(given))
             yield Case(route=route, family=FAMILY, variant=variant, params=params,

@@ -1,26 +1,32 @@
-"""One outcome per case, from what happened when it ran.
+"""One outcome per case, from what happened when it ran, and its severity.
+
+Contracts (Case.expect) are the same for every target:
+  match            valid input: the reference answer is required
+  match_or_refuse  a defined answer a library may legitimately not support:
+                   the right answer or a clear refusal both pass
+  refuse           no defined answer (run() off its plan, a GQA group that
+                   does not divide, a replay past capacity): anything that
+                   runs is `silent`
 
 Precedence, first rule that applies:
   skipped            the adapter cannot express the case (passes)
   corrupt            a canary band or an input changed, whatever else happened
   refused            the library raised; `unexpected_refusal` when the case
-                     does not allow a refusal. A refusal whose message lacks
-                     one of case.refuse_words keeps the outcome but fails.
-  silent             the case must be refused, the library ran, and its answer
-                     cannot be judged: there is no reference, or the case marks
-                     its answer undefined (params["undefined_answer"]: run()
-                     tensors that disagree with plan() have no right answer)
+                     does not allow a refusal. A refusal that does not name
+                     each of case.refuse_words as a whole token keeps the
+                     outcome but fails (severity `clarity`).
+  silent             the case must be refused and the library ran (its
+                     values, when there is a reference, go in the message)
   wrong              an output differs from the reference beyond tolerance
-                     (a must-refuse input with a defined answer, such as a
-                     strided view, is judged by its values too: a quiet wrong
-                     answer is the worst finding there is)
-  match              a must-refuse input computed right still fails its row,
-                     with a message saying so
+  match
 crash and hang are decided outside the worker (it died or stopped
 answering); crash_verdict and hang_verdict build those rows.
+nondeterministic is decided over attempts (harness/attempts.py), and
+harness_error is a bug in the harness or an adapter, never the library's.
 """
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import dataclass
 from typing import Iterable
@@ -29,7 +35,44 @@ from harness.case import Case
 from harness.compare import Comparison, summarize
 
 OUTCOMES = ("match", "refused", "wrong", "silent", "corrupt", "crash", "hang",
-            "unexpected_refusal", "skipped")
+            "nondeterministic", "unexpected_refusal", "harness_error", "skipped")
+
+# What a failing row says about the library. `harness` rows are ours to fix.
+SEVERITIES = ("correctness", "capability", "clarity", "harness")
+_CORRECTNESS = frozenset({"wrong", "silent", "corrupt", "crash", "hang", "nondeterministic",
+                          "match"})
+
+
+def severity(outcome: str, passed: bool) -> str:
+    """'' for a passing row; else what kind of failure it is.
+
+    correctness: a wrong, silent, corrupt, crashing, hanging or unstable answer
+    (and a must-refuse input computed right: it ran where it must not);
+    capability: a valid input refused; clarity: a refusal that does not name
+    the field; harness: a bug in the harness or an adapter.
+    """
+    if passed:
+        return ""
+    if outcome == "unexpected_refusal":
+        return "capability"
+    if outcome == "refused":
+        return "clarity"
+    if outcome == "harness_error":
+        return "harness"
+    return "correctness"
+
+
+def names_word(message: str, word: str) -> bool:
+    """Whether `word` occurs in `message` as a whole token, case-insensitively.
+
+    Tokens are bounded by anything that is not a letter, digit or underscore,
+    so `q` matches "q has stride 2" but not "q_stride" or "seq", and `4` matches
+    "planned 4" but not "64". A word may list the names one field goes by,
+    separated by `|` ("kv_cache|k_cache|paged_kv_cache"): any one of them names it.
+    """
+    return any(re.search(r"(?<![A-Za-z0-9_])" + re.escape(alt) + r"(?![A-Za-z0-9_])",
+                         message, re.IGNORECASE) is not None
+               for alt in word.split("|") if alt)
 
 _MAX_ERROR_TEXT = 300
 
@@ -75,20 +118,20 @@ def classify(case: Case, *, error: BaseException | None = None,
         text = error_text(error)
         if "refused" not in case.allowed():
             return _verdict(case, "unexpected_refusal", text)
-        said = str(error).lower()
-        missing = [w for w in case.refuse_words if w.lower() not in said]
+        missing = [w for w in case.refuse_words if not names_word(str(error), w)]
         if missing:
-            return Verdict("refused", False,
-                           f"refusal does not name {', '.join(repr(w) for w in missing)}: {text}")
+            return Verdict("refused", False, f"refusal does not name "
+                           f"{', '.join(repr(w) for w in missing)} as a word: {text}")
         return _verdict(case, "refused", text)
     summary = summarize(_named(comparisons))
-    if case.expect == "refuse" and (summary.n_total is None or case.params.get("undefined_answer")):
-        values = f" ({summary.message or 'values match'})" if summary.n_total is not None else ""
+    if case.expect == "refuse":
+        # No defined answer: running at all is the finding. The values, when a
+        # reference exists, say how far off the run was.
+        values = f" ({summary.message or 'values match the reference'})" \
+            if summary.n_total is not None else ""
         return _verdict(case, "silent", f"ran without error; the case must be refused{values}")
     if not summary.ok:
         return _verdict(case, "wrong", summary.message)
-    if case.expect == "refuse":
-        return _verdict(case, "match", "computed right, but the case expects a refusal")
     return _verdict(case, "match", "")
 
 
@@ -104,6 +147,10 @@ def signal_text(signal_or_exit) -> str:
         except ValueError:
             return f"signal {-signal_or_exit}"
     return f"exit {signal_or_exit}"
+
+
+def harness_error_verdict(what: str) -> Verdict:
+    return Verdict("harness_error", False, what)
 
 
 def crash_verdict(case: Case, signal_or_exit, stage: str = "") -> Verdict:

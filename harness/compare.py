@@ -1,25 +1,10 @@
 """Elementwise comparison of a library's output against the reference.
 
-An element is wrong when |got - exp| > atol + rtol * |exp|, when got is NaN
-or inf where exp is finite, or when exp is -inf (the LSE of a fully masked
-row) and got is not.
-
-Tolerances. Both sides start from the same rounded inputs, so input rounding
-cancels; what is left is the library's own rounding and accumulation. With u
-the unit roundoff, one ulp of x is at most 2u|x|, so any rtol >= 2u accepts a
-correctly rounded output that lands one ulp off.
-- bf16: u = 2^-8 ~ 3.9e-3. FA2-style kernels round the softmax weights P to
-  bf16 before P @ V, one more relative error u per term, and round the
-  output once more: ~2.5u ~ 1e-2. atol 1e-2 covers outputs near 0, which
-  are sums of terms of either sign whose relative error is unbounded. A
-  real defect (wrong mask, wrong head, skipped loop) moves outputs by ~0.1
-  to 1 with N(0, 1) values.
-- fp16: u = 2^-11 ~ 4.9e-4: the same argument gives ~2u ~ 1e-3.
-- fp32: u = 2^-24 ~ 6e-8, but the error of a length-n float32 sum grows
-  like n*u in the worst case and sqrt(n)*u typically, plus a few ulp from
-  fast exp/exp2 in the kernels: 1e-4 covers n*u up to n ~ 1600 and
-  sqrt(n)*u for any practical kv length, and is still 100x below the
-  smallest defect we look for (a silent bf16 round trip is ~4e-3).
+An element is wrong when |got - exp| > tol, when got is NaN or inf where exp
+is finite, or when exp is -inf (the LSE of a fully masked row) and got is
+not. The tolerance comes from harness/tolerance.py (one place for the model);
+this module only applies it and measures: max |diff|, wrong/total, the first
+bad index and the whole-tensor relative error ||got - exp|| / ||exp||.
 """
 from __future__ import annotations
 
@@ -27,12 +12,6 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import torch
-
-TOLERANCES = {
-    "fp32": (1e-4, 1e-4),
-    "fp16": (1e-3, 1e-3),
-    "bf16": (1e-2, 1e-2),
-}
 
 
 @dataclass(frozen=True)
@@ -43,21 +22,32 @@ class Comparison:
     n_total: int
     first_bad_index: tuple[int, ...] | None
     message: str = ""
+    tolerance: float | None = None       # the absolute tolerance it was judged with
+    rel_error: float | None = None       # ||got - exp|| / ||exp|| over finite exp
+    baseline_error: float | None = None  # max |baseline - exp|, when a baseline was used
+
+    @property
+    def error_ratio(self) -> float | None:
+        """max |diff| / tolerance: above 1 is wrong, near 1 is a near miss."""
+        if self.tolerance is None or self.tolerance <= 0:
+            return None
+        return self.max_abs_diff / self.tolerance
 
 
-def compare(got: torch.Tensor, expected: torch.Tensor, dtype_name: str) -> Comparison:
-    if dtype_name not in TOLERANCES:
-        raise ValueError(f"compare: dtype_name {dtype_name!r} is not one of {sorted(TOLERANCES)}")
-    rtol, atol = TOLERANCES[dtype_name]
+def compare(got: torch.Tensor, expected: torch.Tensor, tol: float,
+            baseline_error: float | None = None) -> Comparison:
+    if not tol >= 0:
+        raise ValueError(f"compare: tol must be a number >= 0, got {tol!r}")
     n_total = expected.numel()
     if tuple(got.shape) != tuple(expected.shape):
         return Comparison(False, float("inf"), n_total, n_total, None,
-                          f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}")
+                          f"shape {tuple(got.shape)} != expected {tuple(expected.shape)}",
+                          tolerance=tol, baseline_error=baseline_error)
     exp = expected.detach().to(torch.float64)
     g = got.detach().to(device=exp.device, dtype=torch.float64)
     exp_finite = torch.isfinite(exp)
     diff = (g - exp).abs()
-    wrong_finite = exp_finite & ~(diff <= atol + rtol * exp.abs())   # NaN diff is wrong
+    wrong_finite = exp_finite & ~(diff <= tol)   # a NaN diff is wrong
     # Non-finite expectations (-inf LSE of a masked row) must be met exactly.
     wrong_other = ~exp_finite & ~((g == exp) | (torch.isnan(g) & torch.isnan(exp)))
     wrong = wrong_finite | wrong_other
@@ -71,7 +61,18 @@ def compare(got: torch.Tensor, expected: torch.Tensor, dtype_name: str) -> Compa
     if n_wrong:
         flat = int(wrong.flatten().nonzero()[0])
         first = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(exp.shape)))
-    return Comparison(n_wrong == 0, max_abs, n_wrong, n_total, first)
+    return Comparison(n_wrong == 0, max_abs, n_wrong, n_total, first, tolerance=tol,
+                      rel_error=_rel_error(d, exp, exp_finite), baseline_error=baseline_error)
+
+
+def _rel_error(d: torch.Tensor, exp: torch.Tensor, finite: torch.Tensor) -> float | None:
+    if not bool(finite.any()):
+        return None
+    num = float(torch.linalg.vector_norm(torch.where(finite, d, 0.0)))
+    den = float(torch.linalg.vector_norm(torch.where(finite, exp, 0.0)))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return num / den
 
 
 def missing(name: str, expected: torch.Tensor) -> Comparison:
@@ -88,6 +89,10 @@ class Summary:
     n_total: int | None
     first_bad_index: tuple | None     # ("o", 3, 1, 7): the output's name, then the index
     message: str
+    tolerance: float | None = None    # the first output's (o's) tolerance
+    baseline_error: float | None = None
+    rel_error: float | None = None    # the first output's relative error
+    error_ratio: float | None = None  # the worst max|diff| / tolerance over the outputs
 
 
 def summarize(comparisons: Iterable[tuple[str, Comparison]]) -> Summary:
@@ -98,14 +103,19 @@ def summarize(comparisons: Iterable[tuple[str, Comparison]]) -> Summary:
     max_abs = max(c.max_abs_diff for _, c in pairs)
     n_wrong = sum(c.n_wrong for _, c in pairs)
     n_total = sum(c.n_total for _, c in pairs)
+    ratios = [c.error_ratio for _, c in pairs if c.error_ratio is not None]
     bad = [(name, c) for name, c in pairs if not c.ok]
     first, message = None, ""
     if bad:
         name, c = bad[0]
         first = (name, *c.first_bad_index) if c.first_bad_index is not None else (name,)
         where = f"{name}({', '.join(str(i) for i in first[1:])})" if len(first) > 1 else name
-        message = f"max|diff| {max_abs:.3g}, {n_wrong}/{n_total} wrong, first at {where}"
+        tol = f" > tol {c.tolerance:.3g}" if c.tolerance is not None else ""
+        message = f"{name} max|diff| {c.max_abs_diff:.3g}{tol}, {n_wrong}/{n_total} wrong, first at {where}"
         notes = "; ".join(f"{n}: {c.message}" for n, c in bad if c.message)
         if notes:
             message += f" ({notes})"
-    return Summary(not bad, max_abs, n_wrong, n_total, first, message)
+    head = pairs[0][1]
+    return Summary(not bad, max_abs, n_wrong, n_total, first, message, tolerance=head.tolerance,
+                   baseline_error=head.baseline_error, rel_error=head.rel_error,
+                   error_ratio=max(ratios) if ratios else None)

@@ -59,7 +59,12 @@ class Controller:
 
     def pytest_runtest_logreport(self, report):
         run = self.run
-        if getattr(report, "harness_retired", False) or report.outcome == "rerun":
+        if getattr(report, "harness_retired", False):
+            return
+        if report.outcome == "rerun":
+            # An earlier attempt of a case that will run again: it is kept, and
+            # the final row is judged over every attempt (harness/attempts.py).
+            _keep_attempt(run, report)
             return
         if report.when == "call":
             row = next((v for k, v in report.user_properties if k == ROW_KEY), None)
@@ -82,7 +87,7 @@ class Controller:
         if run.results.exists() and run.default_results:
             ctx = _any_context(run)
             if ctx.get("arch"):
-                table.copy_latest(run.results, ctx["arch"])
+                table.copy_latest(run.results, run.opt("target"), ctx["arch"])
         if run.failed_rows and exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -97,6 +102,15 @@ class Controller:
         shutil.rmtree(self.run.state_dir, ignore_errors=True)
 
 
+def _keep_attempt(run: Run, report) -> None:
+    row = next((v for k, v in report.user_properties if k == ROW_KEY), None)
+    if row is None:
+        death = getattr(report, "harness_death", None)
+        outcome = "crash" if death is not None or report.when == "???" else "harness_error"
+        row = {"outcome": outcome, "pass": False, "max_abs_diff": None}
+    run.prior_attempts.setdefault(report.nodeid, []).append(dict(row))
+
+
 def _harness_error_row(run: Run, report, phase: str, what: str) -> None:
     """The row of a case that never produced one: skipped, or a harness error."""
     case = run.cases_by_id().get(case_id_of(report.nodeid))
@@ -106,7 +120,8 @@ def _harness_error_row(run: Run, report, phase: str, what: str) -> None:
         row = case_row(case, outcome="skipped", **{"pass": True},
                        message=_longrepr(report)[:500], **_any_context(run))
     else:
-        row = case_row(case, outcome="crash", **{"pass": False}, error_type=phase,
+        # A bug in the harness or an adapter: never counted as the library's crash.
+        row = case_row(case, outcome="harness_error", **{"pass": False}, error_type=phase,
                        message=f"{what}: " + _longrepr(report)[-500:], **_any_context(run))
     _finish_row(run, report, row)
 
@@ -120,9 +135,15 @@ def _reruns(run: Run, report) -> int:
 
 
 def _finish_row(run: Run, report, row: dict) -> None:
+    from harness.attempts import combine_rows
+    from harness.classify import severity
+
     row["run_id"] = run.run_id
     row["reruns"] = _reruns(run, report)
-    row["flaky"] = bool(row.get("pass")) and row["reruns"] > 0
+    prior = run.prior_attempts.pop(report.nodeid, [])
+    if prior:
+        row = combine_rows(prior, row)
+    row["severity"] = severity(row.get("outcome", ""), bool(row.get("pass")))
     row.setdefault("isolation", "")
     row["worker"] = getattr(report, "worker_id", None) or row.get("worker") or run.worker
     write_row(run, report.nodeid, row)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
@@ -26,7 +26,8 @@ from harness.case import Case
 from harness.classify import Verdict, classify, crash_verdict
 from harness.compare import compare, missing, summarize
 from harness.problem import build_problem
-from harness.reference import NoReference, attention_reference
+from harness.reference import NoReference, attention_baseline, attention_reference
+from harness.tolerance import lse_tolerance, output_tolerance
 from harness.targets.base import Skip, Target
 
 
@@ -46,9 +47,17 @@ class CaseResult:
     error_type: str
     stage: str
     duration_s: float
+    tolerance: float | None = None
+    baseline_error: float | None = None
+    rel_error: float | None = None
+    error_ratio: float | None = None
+    # What the library returned (on the CPU), for comparing repeats bitwise;
+    # never written to a row.
+    outputs: dict = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
         row = asdict(self)
+        row.pop("outputs")
         if self.first_bad_index is not None:
             row["first_bad_index"] = list(self.first_bad_index)
         return row
@@ -84,7 +93,7 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
     device = torch.device(device) if device is not None else platform_info.device()
     buffers = Buffers(device, on_stage=on_stage)
 
-    def done(verdict: Verdict, summary=None, error_type: str = "") -> CaseResult:
+    def done(verdict: Verdict, summary=None, error_type: str = "", outputs=None) -> CaseResult:
         return CaseResult(
             outcome=verdict.outcome, passed=verdict.passed,
             max_abs_diff=summary.max_abs_diff if summary else None,
@@ -92,7 +101,12 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             n_total=summary.n_total if summary else None,
             first_bad_index=summary.first_bad_index if summary else None,
             message=verdict.message, error_type=error_type, stage=buffers.current_stage,
-            duration_s=time.perf_counter() - start)
+            duration_s=time.perf_counter() - start,
+            tolerance=summary.tolerance if summary else None,
+            baseline_error=summary.baseline_error if summary else None,
+            rel_error=summary.rel_error if summary else None,
+            error_ratio=summary.error_ratio if summary else None,
+            outputs=outputs or {})
 
     buffers.stage("build inputs")
     problem = build_problem(case.params, case.seed, device)
@@ -117,11 +131,13 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
         return done(classify(case, error=error, corruption=corruption), error_type=type(error).__name__)
 
     corruption = buffers.check()
+    outputs = _returned(result)
     if corruption:
-        return done(classify(case, corruption=corruption))
+        return done(classify(case, corruption=corruption), outputs=outputs)
 
     buffers.stage("compare")
     result = dict(result or {})
+    baseline = result.pop("baseline", None)
     if "expected" in result:
         expected = result.pop("expected")
     else:
@@ -129,18 +145,45 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             expected = attention_reference(problem)
         except NoReference as why:
             if case.expect == "refuse":
-                return done(classify(case))
+                return done(classify(case), outputs=outputs)
             raise CaseBug(f"{case.id}: ran without error but has no reference ({why}); "
                           f"a case the reference cannot define must expect 'refuse'") from why
+        baseline = attention_baseline(problem)
+    comparisons = judge(result, expected, baseline, problem)
+    # A must-refuse case that ran is `silent` whatever its values; they still go on the row.
+    summary = summarize(comparisons)
+    return done(classify(case, comparisons=comparisons), summary, outputs=outputs)
+
+
+def judge(result: dict, expected: dict, baseline: dict | None, problem) -> list:
+    """(name, Comparison) for o, and for lse when the case asks for it.
+
+    o is judged against the tolerance model's bound from the baseline;
+    lse by its own natural-log tolerance (harness/tolerance.py).
+    """
     names = ["o"]
     if problem.return_lse and "lse" in expected:
         names.append("lse")
     comparisons = []
     for name in names:
-        got = result.get(name)
+        got, exp = result.get(name), expected[name]
         if got is None:
-            comparisons.append((name, missing(name, expected[name])))
-        else:
-            comparisons.append((name, compare(got, expected[name], problem.dtype_name)))
-    # A must-refuse case that ran is `silent` whatever its values; they still go on the row.
-    return done(classify(case, comparisons=comparisons), summarize(comparisons))
+            comparisons.append((name, missing(name, exp)))
+            continue
+        if name == "lse":
+            comparisons.append((name, compare(got, exp, lse_tolerance(exp))))
+            continue
+        base = baseline.get(name) if baseline else None
+        tol, base_err = output_tolerance(exp, base, problem.dtype_name)
+        comparisons.append((name, compare(got, exp, tol, base_err)))
+    return comparisons
+
+
+def _returned(result) -> dict:
+    """The library's outputs, copied to the CPU, for comparing attempts bitwise."""
+    out = {}
+    for name in ("o", "lse"):
+        value = (result or {}).get(name)
+        if isinstance(value, torch.Tensor):
+            out[name] = value.detach().to("cpu", copy=True)
+    return out

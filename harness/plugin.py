@@ -50,6 +50,9 @@ def pytest_addoption(parser):
     g.addoption("--run-id", default=None, help="run id recorded on every row")
     g.addoption("--no-replay", action="store_true",
                 help="skip culprit replay of crashes (rows get isolation '' unless alone)")
+    g.addoption("--repeat", type=int, default=None,
+                help="run each case N times in its worker and compare the answers bitwise "
+                     "[1 on the host, 2 with a GPU]")
 
 
 # ------------------------------------------------------------------ selection
@@ -113,6 +116,7 @@ class Run:
     # controller
     written: set = field(default_factory=set)
     retire_bumps: dict = field(default_factory=dict)
+    prior_attempts: dict = field(default_factory=dict)   # nodeid -> earlier attempts' rows
     lock: threading.Lock = field(default_factory=threading.Lock)
     replays: Any = None        # controller.ReplayQueue
     failed_rows: int = 0
@@ -137,7 +141,21 @@ class Run:
         return self._target
 
     def timeout_for(self, case) -> float:
-        return isolation.case_timeout(dict(case.params), self.opt("case_timeout"))
+        return isolation.case_timeout(dict(case.params), self.opt("case_timeout")) * self.repeat()
+
+    def repeat(self) -> int:
+        return resolve_repeat(self.opt("repeat"))
+
+
+def resolve_repeat(value: int | None) -> int:
+    """--repeat, defaulting by platform: a GPU's races show between repeats; the host's
+    kernels are deterministic loops, so one run is the default there."""
+    if value is not None:
+        if value < 1:
+            raise pytest.UsageError(f"--repeat: must be 1 or more, got {value}")
+        return value
+    import torch
+    return 2 if torch.cuda.is_available() else 1
 
 
 RUN = pytest.StashKey[Run]()
@@ -155,9 +173,19 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def default_results_path() -> Path:
+def default_results_path(target: str = DEFAULT_TARGET, selection: str = "",
+                         root: str | os.PathLike | None = None) -> Path:
+    """Where a run's table goes: under ./results (or root), keyed by target, arch, commit
+    and, for a partial run, what it selected."""
     from harness import platform_info
-    return table.results_path(platform_info.arch(), platform_info.repo_commit())
+    return table.results_path(target, platform_info.arch(), platform_info.repo_commit(),
+                              Path(root) if root is not None else Path.cwd() / table.RESULTS_DIR,
+                              selection)
+
+
+def selection_of(config) -> str:
+    return table.selection_slug(*(config.getoption(o) for o in
+                                  ("family", "route", "case_id", "cases_file")))
 
 
 def check_guard_names(value: str | None, target: str = DEFAULT_TARGET) -> None:
@@ -212,8 +240,10 @@ def pytest_configure(config):
         # and sessionfinish still records what is pending.
         signal.signal(signal.SIGTERM, _sigterm)
     given = config.getoption("results")
-    run.results = Path(given) if given else default_results_path()
-    run.default_results = not given
+    selection = selection_of(config)
+    run.results = Path(given) if given else default_results_path(config.getoption("target"),
+                                                                 selection)
+    run.default_results = not given and not selection
     if config.getoption("resume"):
         run.done_ids = frozenset(table.done_case_ids(run.results))
         run.run_id = config.getoption("run_id") or table.last_run_id(run.results) or _new_run_id()
@@ -303,8 +333,13 @@ def case_row(case, result=None, **extra) -> dict:
                    max_abs_diff=result.max_abs_diff, n_wrong=result.n_wrong,
                    n_total=result.n_total, first_bad_index=_jsonable(result.first_bad_index),
                    message=result.message or "", error_type=result.error_type or "",
-                   stage=result.stage or "", duration_s=result.duration_s)
+                   stage=result.stage or "", duration_s=result.duration_s,
+                   tolerance=result.tolerance, baseline_error=result.baseline_error,
+                   rel_error=result.rel_error, error_ratio=result.error_ratio)
     row.update(extra)
+    if "outcome" in row:
+        from harness.classify import severity
+        row["severity"] = severity(row["outcome"], bool(row.get("pass")))
     return row
 
 
@@ -318,8 +353,6 @@ def _jsonable(v):
 
 def run_case(request, case) -> dict:
     """The test body: execute the case, attach its row, fail when it fails."""
-    from harness.execute import execute_case
-
     run = get_run(request.config)
     item = request.node
     state = _worker_state(run)
@@ -330,10 +363,10 @@ def run_case(request, case) -> dict:
     # A rerun must never report the previous attempt's row if this attempt raises.
     item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
     try:
-        result = execute_case(case, target, on_stage=state.stage)
+        result, attempts = execute_repeated(case, target, run.repeat(), on_stage=state.stage)
     finally:
         state.end(case.id)
-    row = case_row(case, result, **_context(run, target))
+    row = case_row(case, result, attempts=attempts, repeat=run.repeat(), **_context(run, target))
     sick = isolation.health_probe()
     if sick is None and is_sticky(row):
         sick = row["message"]
@@ -349,6 +382,15 @@ def run_case(request, case) -> dict:
     if not row["pass"]:
         pytest.fail(failure_text(row), pytrace=False)
     return row
+
+
+def execute_repeated(case, target, repeat: int, on_stage=None):
+    """(CaseResult, attempt records): the case `repeat` times, judged over all of them."""
+    from harness.attempts import combine_results
+    from harness.execute import execute_case
+
+    results = [execute_case(case, target, on_stage=on_stage) for _ in range(repeat)]
+    return combine_results(results)
 
 
 def is_sticky(row: dict) -> bool:

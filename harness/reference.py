@@ -2,9 +2,12 @@
 
 Computed from the problem's logical per-request q/k/v, never from a
 library's buffers, so a layout bug in an adapter or a library cannot leak
-into the expected values. float64 on CPU; float32 on a GPU, where float64
-matmuls are slow on some parts and float32 is already ~2^16 times finer
-than the bf16/fp16 under test.
+into the expected values. Always float64, on the problem's device: an fp32
+case needs a reference finer than its own fp32 baseline, and the logits are
+computed in bounded blocks, so fp64 costs time, not memory.
+
+attention_baseline is the same computation done in the input dtype (the
+tolerance model's yardstick, harness/tolerance.py).
 
 Conventions (FlashInfer's): causal is bottom-right aligned, so with qo_len L
 and kv_len K query row i sees kv j <= i + K - L; window_left w >= 0 also
@@ -25,8 +28,8 @@ class NoReference(ValueError):
     """The problem has no defined answer (no kv heads, or no q heads)."""
 
 
-def compute_dtype(device: torch.device) -> torch.dtype:
-    return torch.float64 if torch.device(device).type == "cpu" else torch.float32
+def compute_dtype(device: torch.device | str | None = None) -> torch.dtype:
+    return torch.float64
 
 
 def kv_head_map(num_qo_heads: int, num_kv_heads: int) -> torch.Tensor:
@@ -70,8 +73,12 @@ def visible_mask(qo_len: int, kv_len: int, causal: bool, window_left: int,
     return mask
 
 
-def _one_request(q, k, v, heads, scale, mask, ct):
-    # q [L, Hq, D], k [K, Hkv, D], v [K, Hkv, Dv] -> o [L, Hq, Dv], lse [L, Hq]
+def _one_request(q, k, v, heads, scale, mask, ct, rounded: torch.dtype | None = None):
+    """q [L, Hq, D], k [K, Hkv, D], v [K, Hkv, Dv] -> o [L, Hq, Dv], lse [L, Hq], in ct.
+
+    With `rounded`, the softmax weights P are rounded to it before P @ V and
+    the output after, as a kernel working in that dtype does.
+    """
     q, k, v = q.to(ct), k.to(ct), v.to(ct)
     heads = heads.to(k.device)
     k = k.index_select(1, heads)   # q head h reads kv head heads[h]
@@ -84,26 +91,47 @@ def _one_request(q, k, v, heads, scale, mask, ct):
         s = s.masked_fill(~mask[lo:lo + rows], float("-inf"))
         lse = torch.logsumexp(s, dim=-1)                   # [Hq, rows]; -inf when all masked
         p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
-        outs.append(torch.einsum("hlk,khd->lhd", p, v))
+        if rounded is not None:
+            p = p.to(rounded).to(ct)
+        o = torch.einsum("hlk,khd->lhd", p, v)
+        outs.append(o.to(rounded).to(ct) if rounded is not None else o)
         lses.append(lse.transpose(0, 1))
     return torch.cat(outs), torch.cat(lses)
 
 
-def attention_reference(problem: Problem) -> dict[str, torch.Tensor]:
-    """{"o": [total_q, Hq, Dv], "lse": [total_q, Hq]} in fp64 (CPU) / fp32 (GPU)."""
+def _attention(problem: Problem, ct: torch.dtype,
+               rounded: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     heads = kv_head_map(problem.num_qo_heads, problem.num_kv_heads)
-    ct = compute_dtype(problem.device)
     dev = problem.device
     outs, lses = [], []
     for q, k, v, lq, lk in zip(problem.q, problem.k, problem.v, problem.qo_lens, problem.kv_lens):
         mask = visible_mask(lq, lk, problem.causal, problem.window_left, dev)
-        o, lse = _one_request(q, k, v, heads, problem.sm_scale, mask, ct)
+        o, lse = _one_request(q, k, v, heads, problem.sm_scale, mask, ct, rounded)
         outs.append(o)
         lses.append(lse)
     hq, dv = problem.num_qo_heads, problem.head_dim_vo
     o = torch.cat(outs) if outs else torch.empty(0, hq, dv, dtype=ct, device=dev)
     lse = torch.cat(lses) if lses else torch.empty(0, hq, dtype=ct, device=dev)
     return {"o": o, "lse": lse}
+
+
+def attention_reference(problem: Problem) -> dict[str, torch.Tensor]:
+    """{"o": [total_q, Hq, Dv], "lse": [total_q, Hq]} in fp64."""
+    return _attention(problem, compute_dtype(problem.device))
+
+
+def attention_baseline(problem: Problem) -> dict[str, torch.Tensor]:
+    """The reference's computation done by PyTorch the way a kernel in the input dtype does it.
+
+    The inputs are the dtype's; logits, softmax and the P @ V sums are fp32
+    (every attention kernel accumulates there: tensor-core MMAs do); the
+    softmax weights P are rounded to the dtype before P @ V and the output
+    after, as FA2-style kernels do. Rounding the logits to bf16 as well (an
+    unfused bf16 PyTorch graph) would make the bound ~10x looser than any
+    kernel's real error and let a dropped key at kv 8192 pass. Its distance
+    from the reference is how hard the problem is for that dtype.
+    """
+    return _attention(problem, torch.float32, problem.dtype)
 
 
 def merge_reference(v_a: torch.Tensor, s_a: torch.Tensor,

@@ -7,8 +7,10 @@ with Python's NaN/Infinity extension; pandas and json.loads both read them.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -18,25 +20,45 @@ COLUMNS = (
     "library_commit", "build_hash", "route", "family", "case_id", "params",
     "expect", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
     "first_bad_index", "message", "error_type", "stage", "duration_s",
-    "reruns", "flaky", "isolation", "worker", "disable_guards",
+    "severity", "tolerance", "baseline_error", "rel_error", "error_ratio",
+    "attempts", "repeat", "reruns", "isolation", "worker", "disable_guards",
 )
 ISOLATION = ("", "culprit", "victim", "alone")
 
 RESULTS_DIR = Path("results")
 
 
-def results_path(arch: str, commit: str, root: str | os.PathLike = RESULTS_DIR) -> Path:
-    """results/<arch>-<commit>.jsonl; a dirty or unknown commit still gets a file."""
-    return Path(root) / f"{arch}-{commit or 'unknown'}.jsonl"
+def selection_slug(family=None, route=None, case_id=None, cases_file=None) -> str:
+    """'' for a full run; else a short, file-name-safe name of what the run selected.
+
+    A partial run writes its own table, so it never replaces the full table
+    that reports and the ledger read.
+    """
+    parts = [f"{k}={v}" for k, v in (("family", family), ("route", route), ("case", case_id),
+                                     ("cases", Path(cases_file).stem if cases_file else None))
+             if v]
+    if not parts:
+        return ""
+    text = re.sub(r"[^A-Za-z0-9_.=,+-]+", "_", "_".join(parts))
+    if len(text) > 60:
+        text = text[:48] + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return text
 
 
-def latest_path(arch: str, root: str | os.PathLike = RESULTS_DIR) -> Path:
-    """results/<arch>.jsonl: a copy of the arch's latest run, for reports and CI."""
-    return Path(root) / f"{arch}.jsonl"
+def results_path(target: str, arch: str, commit: str, root: str | os.PathLike = RESULTS_DIR,
+                 selection: str = "") -> Path:
+    """<root>/<target>-<arch>-<commit>.jsonl, or ...-<commit>.partial-<selection>.jsonl."""
+    tail = f".partial-{selection}" if selection else ""
+    return Path(root) / f"{target}-{arch}-{commit or 'unknown'}{tail}.jsonl"
 
 
-def copy_latest(path: str | os.PathLike, arch: str) -> Path:
-    dest = latest_path(arch, Path(path).parent)
+def latest_path(target: str, arch: str, root: str | os.PathLike = RESULTS_DIR) -> Path:
+    """<root>/<target>-<arch>.jsonl: a copy of the latest full run, for reports and CI."""
+    return Path(root) / f"{target}-{arch}.jsonl"
+
+
+def copy_latest(path: str | os.PathLike, target: str, arch: str) -> Path:
+    dest = latest_path(target, arch, Path(path).parent)
     if Path(path).resolve() != dest.resolve():
         shutil.copyfile(path, dest)
     return dest
@@ -55,7 +77,7 @@ def normalize_row(row: Mapping[str, Any]) -> dict[str, Any]:
         out["isolation"] = ""
     if out["isolation"] not in ISOLATION:
         raise ValueError(f"row isolation must be one of {ISOLATION}, got {out['isolation']!r}")
-    for col, default in (("reruns", 0), ("flaky", False), ("message", ""), ("stage", ""),
+    for col, default in (("reruns", 0), ("message", ""), ("stage", ""), ("severity", ""),
                          ("error_type", ""), ("worker", ""), ("disable_guards", "")):
         if out[col] is None:
             out[col] = default
@@ -120,8 +142,8 @@ def load_table(paths: str | os.PathLike | Iterable[str | os.PathLike]):
     df = df[list(COLUMNS) + extra]
     if len(df):
         df["pass"] = df["pass"].astype(bool)
-        df["flaky"] = df["flaky"].fillna(False).astype(bool)
         df["reruns"] = df["reruns"].fillna(0).astype(int)
+        df["severity"] = df["severity"].fillna("").astype(str)
         df["max_abs_diff"] = pd.to_numeric(df["max_abs_diff"], errors="coerce")
     return df
 

@@ -361,6 +361,7 @@ OPS = {
 
 class BundledTarget(Target):
     name = "bundled"
+    owns_contract = True
     routes = BUNDLED_ROUTES
 
     def version(self) -> str:

@@ -78,6 +78,7 @@ def _inject(fault: str) -> None:
 
 class FaultsTarget(Target):
     name = "faults"
+    owns_contract = True
     routes = ROUTES
 
     def version(self) -> str:
