@@ -12,6 +12,10 @@ a logit q.k * sm_scale is then N(0, 1) whatever head_dim is: the softmax is
 neither one-hot (which would hide a wrong value loop behind a single row of
 v) nor uniform (which would hide a wrong mask behind an average), and every
 logit stays far from the exp() overflow range even in fp16.
+
+params["values"] reshapes those same draws (elementwise, in float32, before
+the cast) into the inputs that break the numerics a kernel gets wrong; see
+VALUES below. "normal" leaves them untouched.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ DEFAULTS = {
     "window_left": -1,
     "sm_scale": None,         # = 1 / sqrt(head_dim)
     "return_lse": False,
+    "values": "normal",       # one of VALUES
 }
 REQUIRED = ("head_dim", "num_qo_heads", "qo_lens", "kv_lens")
 
@@ -140,7 +145,83 @@ def normalize(params: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) \
                 or not math.isfinite(scale) or scale <= 0:
             raise _bad("sm_scale", scale, "must be a finite number > 0 or null")
+    if p["values"] not in VALUES:
+        raise _bad("values", p["values"], f"must be one of {list(VALUES)}")
     return p
+
+
+# ---------------------------------------------------------------- value kinds
+#
+# Each reshapes one request's float32 draws in place (q [L, Hq, D], k [K, Hkv, D],
+# v [K, Hkv, Dv]) with elementwise operations only: no reduction whose rounding could
+# depend on the machine, so the inputs stay bit-for-bit functions of (params, seed).
+
+# The smallest normal of each dtype is 2^EMIN.
+EMIN = {"fp16": -14, "bf16": -126, "fp32": -126}
+
+
+def _normal(q, k, v, **_) -> None:
+    """N(0, 1) as drawn."""
+
+
+def large_logit_offset(r: int, kv_head: int) -> int:
+    """The logit offset of request r's kv head: 96 to 192, so LSEs span ~96 to ~200."""
+    return 96 + 8 * ((3 * r + 5 * kv_head) % 13)
+
+
+def _large_logits(q, k, v, *, r, sm_scale, **_) -> None:
+    """Every logit near 96..192, the softmax over a row still N(0, ~2)-spread.
+
+    q[..., 0] = 1/sm_scale and k[..., 0] = T + z make a logit T + z + (the other
+    dims' N(0, 1)-ish sum): exp() of any logit overflows fp32 (> 88.7), and so
+    does exp() of any LSE, unless the kernel subtracts a running max and the
+    merge subtracts the larger LSE. T varies with request and kv head.
+    """
+    q[..., 0] = 1.0 / sm_scale
+    for h in range(k.shape[1]):
+        k[:, h, 0] += float(large_logit_offset(r, h))
+
+
+def _outlier(q, k, v, **_) -> None:
+    """The middle key of the request 8x larger in k and v, and the last q head 4x larger.
+
+    The outlier key's logit is N(0, 64): where it is large it dominates the row (a
+    running max that jumps by tens mid-stream, one split's LSE far above the rest)
+    and its value row dominates the output; the last head alone has a sharp softmax.
+    """
+    if k.shape[0]:
+        j = k.shape[0] // 2
+        k[j] *= 8.0
+        v[j] *= 8.0
+    q[:, -1] *= 4.0
+
+
+def _ties(q, k, v, **_) -> None:
+    """Every query row of a request equals its first; keys repeat with period 2.
+
+    Each row then has exactly two distinct logits, each repeated: exact ties in
+    the running max, and rows that differ only by their masks.
+    """
+    if q.shape[0]:
+        q[:] = q[:1].clone()
+    if k.shape[0] > 2:
+        k[2:] = k[:2].repeat((k.shape[0] + 1) // 2, 1, 1)[2:k.shape[0]]
+
+
+def _tiny(q, k, v, *, dtype, **_) -> None:
+    """q near the dtype's smallest normal (a fifth of it subnormal), k scaled up by as much.
+
+    q.k, and so the softmax, is as for normal values, v is N(0, 1): a kernel that
+    flushes subnormal inputs or products (FTZ/DAZ, a lossy conversion) computes
+    visibly different weights, while the output stays above every absolute floor.
+    """
+    e = EMIN[dtype] + 2
+    q.mul_(2.0 ** e)
+    k.mul_(2.0 ** -e)
+
+
+VALUES = {"normal": _normal, "large_logits": _large_logits, "outlier": _outlier,
+          "ties": _ties, "tiny": _tiny}
 
 
 def _indptr(lens: list[int]) -> torch.Tensor:
@@ -156,22 +237,27 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
     hq, hkv, d, dv = p["num_qo_heads"], p["num_kv_heads"], p["head_dim"], p["head_dim_vo"]
     gen = torch.Generator(device="cpu")
     gen.manual_seed(int(seed))
+    scale = p["sm_scale"]
+    sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
 
     def draw(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype).to(device)
+        return torch.randn(shape, generator=gen, dtype=torch.float32)
+
+    def final(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype).to(device)
 
     q, k, v = [], [], []
-    for lq, lk in zip(p["qo_lens"], p["kv_lens"]):
-        q.append(draw(lq, hq, d))
-        k.append(draw(lk, hkv, d))
-        v.append(draw(lk, hkv, dv))
-    scale = p["sm_scale"]
+    for r, (lq, lk) in enumerate(zip(p["qo_lens"], p["kv_lens"])):
+        qr, kr, vr = draw(lq, hq, d), draw(lk, hkv, d), draw(lk, hkv, dv)
+        VALUES[p["values"]](qr, kr, vr, r=r, dtype=p["dtype"], sm_scale=sm_scale)
+        q.append(final(qr))
+        k.append(final(kr))
+        v.append(final(vr))
     return Problem(
         params=p, dtype=dtype, dtype_name=p["dtype"], device=device, q=q, k=k, v=v,
         qo_lens=list(p["qo_lens"]), kv_lens=list(p["kv_lens"]),
         qo_indptr=_indptr(p["qo_lens"]), kv_indptr=_indptr(p["kv_lens"]),
         num_qo_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_vo=dv,
         causal=p["causal"], window_left=p["window_left"],
-        sm_scale=float(scale) if scale is not None else 1.0 / math.sqrt(d),
-        return_lse=p["return_lse"], seed=int(seed),
+        sm_scale=sm_scale, return_lse=p["return_lse"], seed=int(seed),
     )

@@ -62,7 +62,7 @@ def baseline_error(baseline: torch.Tensor, reference: torch.Tensor) -> float:
     diff = (base - ref)[finite].abs()
     # A baseline that overflows where the reference does not is as far off as it gets;
     # its error must not turn into a NaN that makes every answer pass or fail.
-    diff = torch.nan_to_num(diff, nan=float("inf"))
+    diff = torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf"))
     return float(diff.max())
 
 

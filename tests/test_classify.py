@@ -4,7 +4,7 @@ import signal
 import pytest
 
 from harness.case import Case
-from harness.classify import OUTCOMES, classify, crash_verdict, hang_verdict
+from harness.classify import OUTCOMES, classify, crash_verdict, hang_verdict, severity
 from harness.compare import Comparison
 
 P = {"head_dim": 8, "num_qo_heads": 2, "qo_lens": [1], "kv_lens": [1]}
@@ -31,17 +31,29 @@ CASES = [
      "refused", True, []),
     ("refused_missing_word", case("refuse", ("page_size",)), {"error": ERR}, "refused", False,
      ["'page_size'"]),
+    # Whole words only: a substring of another word, or a digit inside a number, is not a name.
+    ("refused_word_inside_another", case("refuse", ("q",)),
+     {"error": ValueError("q_stride must be 1; seq too short")}, "refused", False, ["'q'"]),
+    ("refused_lse_inside_false", case("refuse", ("lse",)),
+     {"error": ValueError("contiguous is false")}, "refused", False, ["'lse'"]),
+    ("refused_digit_inside_number", case("refuse", ("head_dim", "4")), {"error": ERR},
+     "refused", False, ["'4'"]),
+    ("refused_alternative_names", case("refuse", ("kv_cache|k_cache",)),
+     {"error": ValueError("k_cache has stride 2")}, "refused", True, []),
     ("refused_or_match", case("match_or_refuse"), {"error": RuntimeError("no")}, "refused", True,
      ["RuntimeError"]),
     ("unexpected_refusal", case(), {"error": ERR}, "unexpected_refusal", False, ["ValueError"]),
     ("silent_no_reference", case("refuse", ("num_kv_heads",)), {}, "silent", False,
      ["must be refused"]),
-    ("silent_undefined_answer", case("refuse", undefined_answer=True), {"comparisons": [("o", BAD)]},
-     "silent", False, ["must be refused", "3/16 wrong"]),
-    ("refuse_case_run_wrong", case("refuse"), {"comparisons": [("o", BAD)]}, "wrong", False,
-     ["3/16 wrong"]),
-    ("refuse_case_run_right", case("refuse"), {"comparisons": [("o", OK)]}, "match", False,
-     ["expects a refusal"]),
+    # A must-refuse case has no defined answer: running is `silent`, its values only noted.
+    ("refuse_case_run_wrong", case("refuse"), {"comparisons": [("o", BAD)]}, "silent", False,
+     ["must be refused", "3/16 wrong"]),
+    ("refuse_case_run_right", case("refuse"), {"comparisons": [("o", OK)]}, "silent", False,
+     ["must be refused", "values match"]),
+    ("match_or_refuse_wrong", case("match_or_refuse"), {"comparisons": [("o", BAD)]}, "wrong",
+     False, ["3/16 wrong"]),
+    ("match_or_refuse_right", case("match_or_refuse"), {"comparisons": [("o", OK)]}, "match",
+     True, []),
     ("corrupt_beats_match", case(), {"comparisons": [("o", OK)], "corruption": ["input k changed"]},
      "corrupt", False, ["input k changed"]),
     ("corrupt_beats_refusal", case("refuse"), {"error": ERR, "corruption": ["canary after o: 1"]},
@@ -76,5 +88,17 @@ def test_hang_verdict_never_passes():
 
 
 def test_every_outcome_is_covered():
-    seen = {row[3] for row in CASES} | {"crash", "hang"}
+    # nondeterministic is decided over attempts (test_attempts.py), harness_error by the engine.
+    seen = {row[3] for row in CASES} | {"crash", "hang", "nondeterministic", "harness_error"}
     assert seen == set(OUTCOMES)
+
+
+@pytest.mark.parametrize("outcome,passed,expected", [
+    ("match", True, ""), ("refused", True, ""), ("skipped", True, ""),
+    ("wrong", False, "correctness"), ("silent", False, "correctness"),
+    ("corrupt", False, "correctness"), ("crash", False, "correctness"),
+    ("hang", False, "correctness"), ("nondeterministic", False, "correctness"),
+    ("unexpected_refusal", False, "capability"), ("refused", False, "clarity"),
+    ("harness_error", False, "harness")])
+def test_severity(outcome, passed, expected):
+    assert severity(outcome, passed) == expected

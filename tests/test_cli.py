@@ -146,3 +146,42 @@ def test_list_and_repro_refuse_bad_options_naming_field_and_values(argv, words, 
     for word in words:
         assert word in err, err
     assert "KERNELS_DISABLE_GUARDS" not in os.environ
+
+
+def _check(*args, cwd=ROOT):
+    cmd = [sys.executable, "-m", "harness", "check", "--target", "faults", "-n", "1", *args]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("how", [("--repeat", "2"), ("--reruns", "2")], ids=["repeat", "reruns"])
+def test_check_with_the_flaky_fault_fails_as_nondeterministic(tmp_path, how):
+    results = tmp_path / "r.jsonl"
+    proc = _check("--case-id", "flaky", "--results", str(results), *how)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = table.read_rows(results)
+    assert row["outcome"] == "nondeterministic" and not row["pass"], row
+    assert row["severity"] == "correctness"
+    assert [a["outcome"] for a in row["attempts"]] == ["wrong", "match"]
+    assert "1 correctness" in proc.stdout
+
+
+def test_partial_run_writes_its_own_table_under_the_current_folder(tmp_path):
+    proc = _check("--case-id", "none", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    written = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert len(written) == 1 and written[0].startswith("faults-")
+    assert written[0].endswith(".partial-case=none.jsonl"), written
+    assert "partial run" in proc.stdout
+
+
+def test_capability_findings_gate_only_a_target_that_owns_its_contract():
+    import pandas as pd
+    df = pd.DataFrame([
+        {"pass": False, "severity": "capability"}, {"pass": False, "severity": "clarity"},
+        {"pass": True, "severity": ""}])
+    assert len(cli.gating(df, target_owns_contract=False, strict=False)) == 0
+    assert len(cli.gating(df, target_owns_contract=False, strict=True)) == 2
+    assert len(cli.gating(df, target_owns_contract=True, strict=False)) == 2
+    wrong = pd.concat([df, pd.DataFrame([{"pass": False, "severity": "correctness"}])])
+    assert len(cli.gating(wrong, target_owns_contract=False, strict=False)) == 1

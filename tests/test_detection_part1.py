@@ -10,23 +10,24 @@ with every guard on, the same cases pass.
                             dtype / kv rows off the plan
                             fewer q (and out) rows than planned          corrupt (the planned rows
                                                                           land past out)
-  half_planned_refuses      run() after a plan() that failed midway      silent or wrong
+  half_planned_refuses      run() after a plan() that failed midway      silent
   plan_validates_first      run() after a plan() rejected in validation  unexpected_refusal (the
                                                                           run refuses: the previous
                                                                           plan is lost); wrong with
                                                                           half_planned_refuses and
                                                                           run_matches_plan off too
-  gqa_divisible             12 q heads over 8                            wrong (the reference
-                                                                          spreads q heads over kv
-                                                                          heads; the kernels ran a
-                                                                          truncated group)
+  gqa_divisible             12 q heads over 8                            silent (no defined
+                                                                          answer; the message
+                                                                          still gives the values
+                                                                          against an even spread)
                             4 over 8, 0 kv heads                          crash (SIGFPE: a group
                                                                           size of 0)
 
-A must-refuse input with a defined answer (a strided view, 12 over 8) that runs is judged
-by its values (harness/classify.py), so strided detections also assert the values are far
-off, as seed 002's table reports. Mis-planned cases mark their answer undefined: a run
-that goes ahead is `silent`.
+A strided view has a defined answer (match_or_refuse): read as packed it is `wrong`, and
+the detections also assert the values are far off, as seed 002's table reports. A
+mis-planned run() or a group that does not divide has none (`refuse`): a run that goes
+ahead is `silent`. Every detection is a correctness failure (severity asserted), except a
+lost plan that run() refuses: a valid input refused is a capability failure.
 
 Controls sit next to each guard: cases the guard does not protect (a head-sliced q,
 index tensors, padded q rows, divisible odd head counts) still match with it off.
@@ -40,6 +41,7 @@ import pytest
 
 from cases import generate
 from detection_helpers import failures_with_guards_on, replay_guard_off, run_guard_off
+from harness.classify import severity
 from harness.routes import BUNDLED_ROUTES
 from harness.targets import load_target
 
@@ -80,7 +82,7 @@ def _misplanned_rows():
             # The planned rows past a short out land in its (widened) canary band.
             rows.append((c, "run_matches_plan", {"corrupt"}))
         elif c.variant == "plan_failed_midway":
-            rows.append((c, "half_planned_refuses", {"silent", "wrong", "skipped"}))
+            rows.append((c, "half_planned_refuses", {"silent", "skipped"}))
         elif c.variant == "plan_rejected_first":
             rows.append((c, "plan_validates_first", {"unexpected_refusal"}))
             # The next guard in line (run() refusing a half-written plan, or its shapes)
@@ -99,7 +101,7 @@ def _gqa_rows():
     for c in _ALL:
         if c.family != "gqa" or c.variant in ("q4_over_kv8", "kv0"):
             continue
-        rows.append((c, "gqa_divisible", {"wrong"} if c.expect == "refuse" else {"match"}))
+        rows.append((c, "gqa_divisible", {"silent"} if c.expect == "refuse" else {"match"}))
     return rows
 
 
@@ -126,6 +128,11 @@ def test_guard_off_is_detected(row, target, monkeypatch):
     if r.outcome == "skipped":
         return
     assert r.passed == (outcomes == {"match"}), f"{case.id}: {r.outcome} {r.message}"
+    # A lost plan refused on run() is a capability failure (the input was valid);
+    # everything else a guard catches is a correctness failure.
+    expected = "" if r.passed else ("capability" if r.outcome == "unexpected_refusal"
+                                    else "correctness")
+    assert severity(r.outcome, r.passed) == expected, r
     if r.outcome == "corrupt":
         assert "canary after out" in r.message, r.message
     if case.family == "strided" and r.outcome == "wrong":

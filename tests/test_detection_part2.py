@@ -6,10 +6,13 @@ cases pass.
                                                                         behind out written)
   partial_state_needs_lse   partial_state on a split plan, no lse      crash (the merge reads
                                                                         a null lse)
-  graph_capacity            re-plan with a smaller batch               silent; a larger batch,
-                                                                        more rows or pages:
-                                                                        refused, not naming
-                                                                        the field (a failing row)
+  graph_capacity            re-plan with a smaller batch               match on the host (its
+                                                                        answer is defined and
+                                                                        nothing is captured);
+                                                                        a larger batch, more
+                                                                        rows or pages: refused,
+                                                                        not naming the field
+                                                                        (a failing clarity row)
   plan_copies_indptr        caller restages its CPU indptr / indices /  wrong
                             last_page_len before the first LSE run
   ll4mi_route_selector      head_size 32, 48; a sliding window         wrong
@@ -24,6 +27,7 @@ import pytest
 
 from detection_helpers import (cases_by_key, failures_with_guards_on, replay_guard_off,
                                run_guard_off)
+from harness.classify import severity
 from harness.targets import load_target
 
 FAMILIES = ("graph_replan", "restaged_indptr", "small_head", "mixed_batch")
@@ -42,8 +46,8 @@ DETECTIONS = [
     (GRAPH, "rows16_to_8_uneven", "merge_live_rows", {"corrupt"}),
     (GRAPH, "rows16_to_16_partial_state", "merge_live_rows", {"match"}),      # control
     (GRAPH, "rows16_to_8_no_partial_state", "merge_live_rows", {"match"}),    # control
-    # On host nothing is captured, so the smaller batch computes right: the row is `match`
-    # and still fails, because the case expects the re-plan to be refused.
+    # On host nothing is captured, so the smaller batch computes right: a defined answer
+    # computed right passes (match_or_refuse) -- a control, not a detection, here.
     (GRAPH, "batch_shrinks", "graph_capacity", {"match"}),
     # Past the capacity, torch's copy into the caller's buffers or the C scheduler still
     # raises, but without naming the field: a failing `refused` row.
@@ -87,9 +91,11 @@ def test_guard_off_is_detected(row, target, monkeypatch):
     case = _CASES[(route, family, variant)]
     r = run_guard_off(case, target, guard, monkeypatch)
     assert r.outcome in outcomes, f"{case.id}: {r.outcome} {r.message}"
-    # A detection is a failing row; a control (a valid case that still matches) passes.
-    control = outcomes == {"match"} and case.expect == "match"
+    # A detection is a failing row; a control (a case that still matches) passes.
+    control = outcomes == {"match"}
     assert r.passed == control, f"{case.id}: {r.outcome} {r.message}"
+    expected_severity = "" if control else ("clarity" if r.outcome == "refused" else "correctness")
+    assert severity(r.outcome, r.passed) == expected_severity, r
     if r.outcome == "corrupt":
         # Seed 002: the rows behind the 8-row out are the ones overwritten.
         assert "canary after out" in r.message, r.message

@@ -99,7 +99,8 @@ def test_every_failure_kind_is_exactly_one_row(tmp_path):
             continue
         outcome, cause = expected[fault]
         assert (row["outcome"], row["error_type"], row["stage"]) == (outcome, cause, "run"), row
-        assert not row["pass"] and row["reruns"] == 2 and not row["flaky"]
+        assert not row["pass"] and row["reruns"] == 2
+        assert [a["outcome"] for a in row["attempts"]] == [outcome] * 3, row
         assert (cause if fault != "hang" else "no result after") in row["message"]
         assert row["isolation"] in ("alone", "culprit"), row
         assert row["arch"] and row["target"] == "faults"

@@ -48,17 +48,61 @@ def test_missing_compiler_is_one_clear_error(monkeypatch, platform, arch, words)
     assert words in str(e.value)
 
 
-@pytest.mark.parametrize("platform,arch,tool", [("nvidia", "sm_90", "nvcc"), ("amd", "gfx90a,gfx940", "hipcc")])
-def test_gpu_compile_only(platform, arch, tool):
-    if platform == "amd" and os.environ.get("KERNELS_TEST_AMD_BUILD") != "1":
-        pytest.skip("make amd-build-check runs it (about 10 s); KERNELS_TEST_AMD_BUILD=1 runs it here")
-    if build._find(tool, "/usr/local/cuda/bin/nvcc", "/opt/rocm/bin/hipcc") is None:
-        pytest.skip(f"{tool} not installed")
-    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--platform", platform, "--arch", arch,
+def test_gpu_compile_only_nvidia():
+    if build._find("nvcc", "/usr/local/cuda/bin/nvcc") is None:
+        pytest.skip("nvcc not installed")
+    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--platform", "nvidia", "--arch", "sm_90",
                            "--compile-only"], env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"platform: {platform}" in proc.stdout
+    assert "platform: nvidia" in proc.stdout
+
+
+AMD_ARCHS = ["gfx90a", "gfx940", "gfx942", "gfx950"]
+
+
+def _make_amd_archs() -> list[str]:
+    """The archs `make amd-build-check` checks, read from the Makefile: the list must not shrink."""
+    proc = subprocess.run(["make", "-n", "amd-build-check"], cwd=REPO, capture_output=True, text=True)
+    line = next(ln for ln in proc.stdout.splitlines() if "kernels.build" in ln and "--platform amd" in ln)
+    return line.split("--arch", 1)[1].split()[0].split(",")
+
+
+def test_amd_build_check_covers_every_arch():
+    assert _make_amd_archs() == AMD_ARCHS
+
+
+def test_amd_arch_nothing_accepts_fails_naming_it(monkeypatch):
+    monkeypatch.setattr(build, "_amd_toolchains", lambda: [build.Toolchain("hipcc", "/x/hipcc", False)])
+    monkeypatch.setattr(build, "_accepts", lambda tc, a: a != "gfx950")
+    assert [a for _, a in build.amd_groups("gfx90a,gfx942")] == [["gfx90a", "gfx942"]]
+    with pytest.raises(build.BuildError, match=r"^amd arch gfx950: no installed toolchain accepts it") as e:
+        build.amd_groups("gfx90a,gfx950")
+    assert "\n" not in str(e.value)
+
+
+def test_amd_isa_versions():
+    assert [build._isa_version(a) for a in ["gfx90a", "gfx940", "gfx942", "gfx950", "gfx1030"]] == [
+        9010, 9400, 9402, 9500, 10300]
+
+
+def test_gpu_compile_only_amd():
+    """Every arch of `make amd-build-check` compiles to a device code object, with the toolchain
+    named; an arch no installed toolchain accepts fails the run, so none drops out silently."""
+    if not all(shutil.which(t) for t in ("hipcc", "clang++-19", "clang++-22")):
+        pytest.skip("hipcc, clang++-19 and clang++-22 not all installed (.ci/run's amd section installs them)")
+    arch = ",".join(_make_amd_archs())
+    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--platform", "amd", "--arch", arch,
+                           "--compile-only"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(ln.split(": ", 1) for ln in proc.stdout.splitlines() if ": " in ln)
+    assert lines["platform"] == "amd" and lines["arch"] == arch
+    for a in AMD_ARCHS:
+        assert a in lines, f"no line for {a}:\n{proc.stdout}"
+        assert "host+device compiled and linked" in lines[a] and f"{a} code object " in lines[a]
+        assert int(lines[a].split(f"{a} code object ")[1].split()[0]) > 10_000
+        assert lines[a].split()[0] == "hipcc" or lines[a].startswith("clang++-")  # names its toolchain
 
 
 def _convert(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

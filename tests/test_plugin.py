@@ -43,7 +43,7 @@ def test_rows_without_xdist(tmp_path):
     assert "wrong (expect match)" in proc.stdout
 
 
-def test_xdist_reruns_flaky_and_deterministic_wrong(tmp_path):
+def test_xdist_reruns_never_launder_a_wrong_attempt(tmp_path):
     path, cases = write_cases(tmp_path, "none", "wrong", ("flaky", {"marker_dir": str(tmp_path)}),
                               "none")
     proc, by_id, rows = run_matrix(tmp_path, path, "-n", "2", "--reruns", "2",
@@ -51,10 +51,14 @@ def test_xdist_reruns_flaky_and_deterministic_wrong(tmp_path):
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert len(rows) == 4 and set(by_id) == {c.id for c in cases}
     wrong, flaky = by_id[cases[1].id], by_id[cases[2].id]
-    assert wrong["outcome"] == "wrong" and not wrong["pass"]
-    assert wrong["reruns"] == 2 and not wrong["flaky"]
-    assert flaky["pass"] and flaky["flaky"] and flaky["reruns"] == 1
-    assert by_id[cases[0].id]["reruns"] == 0 and not by_id[cases[0].id]["flaky"]
+    assert wrong["outcome"] == "wrong" and not wrong["pass"] and wrong["reruns"] == 2
+    assert [a["outcome"] for a in wrong["attempts"]] == ["wrong"] * 3
+    # Wrong once, right on the rerun: every attempt is on the row, and the row fails.
+    assert flaky["outcome"] == "nondeterministic" and not flaky["pass"], flaky
+    assert flaky["severity"] == "correctness" and flaky["reruns"] == 1
+    assert [a["outcome"] for a in flaky["attempts"]] == ["wrong", "match"]
+    assert "attempt 1 wrong" in flaky["message"] and "attempt 2 match" in flaky["message"]
+    assert by_id[cases[0].id]["reruns"] == 0 and by_id[cases[0].id]["pass"]
     assert {r["run_id"] for r in rows} == {"run-x"}
     assert all(r["worker"].startswith("gw") for r in rows)
     # --disable-guards reached the workers' environment before they started
@@ -76,6 +80,19 @@ def test_a_case_that_raises_in_the_harness_still_gets_a_failing_row(tmp_path):
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert set(by_id) == {c.id for c in cases}
     bad = by_id[cases[1].id]
-    assert bad["outcome"] == "crash" and not bad["pass"] and bad["error_type"] == "call"
+    assert bad["outcome"] == "harness_error" and not bad["pass"] and bad["error_type"] == "call"
+    assert bad["severity"] == "harness"
     assert "harness error in the case" in bad["message"] and "dtype" in bad["message"]
     assert bad["target"] == "faults" and bad["arch"] and bad["run_id"] == by_id[cases[0].id]["run_id"]
+
+
+def test_repeat_compares_answers_in_one_worker(tmp_path):
+    # --repeat runs the case again on fresh buffers in the same worker: the flaky
+    # fault's second answer differs from its first, so the row is nondeterministic.
+    path, cases = write_cases(tmp_path, "none", ("flaky", {"marker_dir": str(tmp_path)}))
+    proc, by_id, rows = run_matrix(tmp_path, path, "--repeat", "2")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    ok, flaky = by_id[cases[0].id], by_id[cases[1].id]
+    assert ok["pass"] and ok["repeat"] == 2 and [a["outcome"] for a in ok["attempts"]] == ["match"] * 2
+    assert flaky["outcome"] == "nondeterministic" and not flaky["pass"], flaky
+    assert flaky["reruns"] == 0 and [a["outcome"] for a in flaky["attempts"]] == ["wrong", "match"]

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
+from html.parser import HTMLParser
 
 import pandas as pd
 import pytest
@@ -24,6 +26,36 @@ def row(case_id, outcome, ok, arch="gfx942", route="fa2.paged_prefill", family="
     }
     base.update(kw)
     return base
+
+
+class Elements(HTMLParser):
+    """Every element's tag and attributes, with the text directly inside it, in document order."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[dict] = []
+        self._stack: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        el = {"tag": tag, **{k: v for k, v in attrs}, "_text": ""}
+        self.found.append(el)
+        if tag not in ("br", "meta", "input", "link", "img", "hr"):
+            self._stack.append(el)
+
+    def handle_endtag(self, tag):
+        while self._stack:
+            if self._stack.pop()["tag"] == tag:
+                break
+
+    def handle_data(self, data):
+        for el in self._stack:
+            el["_text"] += data
+
+
+def parse(dom: str) -> list[dict]:
+    p = Elements()
+    p.feed(dom)
+    return p.found
 
 
 def table(arch="gfx942"):
@@ -57,14 +89,15 @@ def test_html_is_self_contained_with_matrix_and_drilldown(tmp_path):
            "--disable-guards gqa_divisible" in html
     assert "7503/8192" in html and "[0, 3, 1]" in html and "SIGFPE" in html
     assert html.count('class="failure"') == 3
-    assert 'id="arches"' not in html
+    assert 'id="cross-target"' not in html
 
 
 def test_html_arch_columns_and_base_view(tmp_path):
     head = pd.concat([table("gfx942"), table("gfx950")], ignore_index=True)
     head.loc[(head.arch == "gfx950") & (head.outcome == "crash"), ["outcome", "pass"]] = ["match", True]
     html = render_html(head, tmp_path / "r.html", base_df=head).read_text()
-    assert '<th>gfx942</th><th>gfx950</th>' in html
+    cols = re.findall(r'<th class="xt-col" data-target="(\w+)" data-arch="(\w+)"', html)
+    assert cols == [("bundled", "gfx942"), ("bundled", "gfx950")]
     assert 'data-arch="gfx950" data-outcome="match"' in html
     assert 'data-regression="0"' in html
 
@@ -113,7 +146,8 @@ def test_markdown_stays_under_limit_with_20000_rows():
     md = render_markdown(pd.DataFrame(rows))
     assert len(md) < 65_000
     assert "rows left out" in md and "Left out:" in md
-    assert md.index("### Failures: 1000") < md.index("gqa.h0/")
+    assert md.index("### Failure classes: 1000") < md.index("### Failures: 1000") \
+        < md.index("### All cases")
 
 
 def test_report_and_compare_cli(tmp_path, capsys):
@@ -156,3 +190,127 @@ def test_report_and_compare_name_the_option_and_file_of_a_bad_table(argv, words,
     err = capsys.readouterr().err
     for word in words:
         assert word.format(**files) in err, err
+
+
+def guards_off_table():
+    """A guards-off run: one defect on three routes, a crash on two, a clarity refusal."""
+    common = dict(disable_guards="all", profile="host", repeat=2, severity="correctness")
+    rows = [row(f"{route}/strided.out_stride2/bf16-d128-h4x2", "wrong", False, route=route,
+                max_abs_diff=diff, tolerance=0.05, n_wrong=n, n_total=512,
+                message=f"o max|diff| {diff} > tol 0.05, {n}/512 wrong, first at o(0, {n % 3}, 1)",
+                **common)
+            for route, diff, n in (("fa2.single_prefill", 1.5, 500), ("fa2.paged_prefill", 0.9, 17),
+                                   ("ll4mi.batch_decode", float("inf"), 512))]
+    rows += [row(f"{route}/gqa.kv0/bf16-d128-h8x0", "crash", False, route=route, family="gqa",
+                 error_type="SIGFPE", message="worker died: SIGFPE during run", **common)
+             for route in ("fa2.single_prefill", "fa2.batch_decode")]
+    rows.append(row("fa2.batch_decode/gqa.q12_over_kv8/bf16-d128-h12x8", "refused", False,
+                    route="fa2.batch_decode", family="gqa", **dict(common, severity="clarity"),
+                    message="refusal does not name 'num_kv_heads' as a word: ValueError: bad"))
+    rows += [row(f"fa2.single_prefill/strided.q{i}/bf16-d128", "match", True, max_abs_diff=d,
+                 tolerance=0.05, disable_guards="all", profile="host", repeat=2, severity="")
+             for i, d in enumerate((0.001, 0.04))]
+    return pd.DataFrame(rows)
+
+
+def test_html_opens_on_failure_classes_grouped_by_severity(tmp_path):
+    dom = parse(render_html(guards_off_table(), tmp_path / "r.html").read_text())
+    order = [e.get("id") for e in dom if e["tag"] in ("section", "header")]
+    assert order[:2] == ["header", "classes"], order
+    first_details = next(e for e in dom if e["tag"] == "details")
+    assert first_details["class"] == "fclass"
+    first_h2 = next(e for e in dom if e["tag"] == "h2")
+    assert first_h2["_text"].startswith("Failure classes: 3")
+    verdict = next(e for e in dom if e.get("id") == "verdict")
+    assert verdict["_text"] == "FAIL: 2 correctness, 1 clarity classes across 6 failing rows (of 8)"
+    groups = [e["data-group"] for e in dom if e["tag"] == "h3" and "group" in e.get("class", "")]
+    assert groups == ["correctness", "clarity"]
+    classes = [e for e in dom if e["tag"] == "details" and e.get("class") == "fclass"]
+    assert [(c["data-label"], c["data-outcome"], c["data-rows"], c["data-routes"]) for c in classes] \
+        == [("gqa.kv0", "crash", "2", "2"), ("strided.out_stride2", "wrong", "3", "3"),
+            ("gqa.q12_over_kv8", "refused", "1", "1")]
+    # Each failing row appears once, inside its class.
+    assert len([e for e in dom if e["tag"] == "details" and e.get("class") == "failure"]) == 6
+
+
+def test_html_header_names_guards_profile_repeat_targets(tmp_path):
+    df = guards_off_table()
+    df.loc[0, "disable_guards"] = "gqa_divisible,strides"
+    dom = parse(render_html(df, tmp_path / "r.html").read_text())
+    facts = {e["id"]: e["_text"] for e in dom if e.get("id", "").startswith("fact-")}
+    assert facts == {"fact-targets": "bundled 0.1", "fact-arches": "gfx942",
+                     "fact-guards": "gqa_divisible, strides, all", "fact-profile": "host",
+                     "fact-repeat": "2"}
+    passing = render_html(table().assign(outcome="match", **{"pass": True}), tmp_path / "p.html")
+    assert '<p id="verdict" class="verdict pass" data-failing="0">PASS: 5 rows, 0 failing</p>' \
+        in passing.read_text()
+
+
+def test_crash_rows_show_their_signal_collapsed(tmp_path):
+    dom = parse(render_html(guards_off_table(), tmp_path / "r.html").read_text())
+    crashes = [e for e in dom if e["tag"] == "details" and e.get("data-outcome") == "crash"]
+    assert {c.get("data-signal") for c in crashes} == {"SIGFPE", None}   # rows, and their class
+    summaries = [e for e in dom if e["tag"] == "summary" and "crash" in e["_text"]]
+    assert summaries and all("SIGFPE" in s["_text"].split() for s in summaries)
+    sig = [e for e in dom if e["tag"] == "span" and e.get("class") == "sig"]
+    assert len(sig) == 3 and {s["_text"] for s in sig} == {"SIGFPE"}
+
+
+def test_error_chart_puts_wrong_rows_over_the_tolerance_line(tmp_path):
+    df = guards_off_table()
+    dom = parse(render_html(df, tmp_path / "r.html").read_text())
+    chart = next(e for e in dom if e["tag"] == "svg" and e.get("data-family") == "strided")
+    assert chart["data-points"] == "5"      # 3 wrong + 2 passing; the crash rows have no numbers
+    assert not any(e["tag"] == "svg" and e.get("data-family") == "gqa" for e in dom)
+    line = float(next(e for e in dom if e["tag"] == "line" and e.get("class") == "tol")["data-y"])
+    dots = {e["data-case-id"]: (float(e["cy"]), float(e["data-ratio"])) for e in dom
+            if e["tag"] == "circle" and "strided" in e.get("data-case-id", "")}
+    wrong = dots["fa2.single_prefill/strided.out_stride2/bf16-d128-h4x2"]
+    inf = dots["ll4mi.batch_decode/strided.out_stride2/bf16-d128-h4x2"]
+    near = dots["fa2.single_prefill/strided.q1/bf16-d128"]
+    far = dots["fa2.single_prefill/strided.q0/bf16-d128"]
+    assert (wrong[1], near[1], far[1]) == (pytest.approx(30), pytest.approx(0.8), pytest.approx(0.02))
+    assert inf[0] < wrong[0] < line < near[0] < far[0]   # SVG y grows downward
+    assert near[0] - line < 0.25 * (far[0] - line)        # a near miss hugs the line
+    assert "3 above tolerance, 1 near misses (0.5–1×)" in " ".join(
+        e["_text"] for e in dom if e["tag"] == "figcaption")
+
+
+def test_recorded_error_ratio_wins_and_rows_without_numbers_are_left_out(tmp_path):
+    df = pd.DataFrame([row("a/strided.x/t", "match", True, max_abs_diff=0.1, tolerance=1.0,
+                           error_ratio=0.25),
+                       row("b/strided.x/t", "match", True, max_abs_diff=None, tolerance=1.0),
+                       row("c/strided.x/t", "match", True, max_abs_diff=0.2)])
+    dom = parse(render_html(df, tmp_path / "r.html").read_text())
+    dots = [e for e in dom if e["tag"] == "circle"]
+    assert [(d["data-case-id"], d["data-ratio"]) for d in dots] == [("a/strided.x/t", "0.25")]
+    assert "1 rows plotted, 2 without numbers left out" in " ".join(
+        e["_text"] for e in dom if e["tag"] == "figcaption")
+    empty = render_html(table(), tmp_path / "e.html").read_text()
+    assert 'id="no-charts"' in empty and "<svg" not in empty
+
+
+def test_nondeterministic_and_flaky_rows_are_shown(tmp_path):
+    attempts = [{"outcome": "match", "pass": True, "max_abs_diff": 0.001},
+                {"outcome": "wrong", "pass": False, "max_abs_diff": 0.7}]
+    df = pd.concat([table(), pd.DataFrame([
+        row("fa2.single_prefill/valid.a/bf16", "nondeterministic", False, attempts=attempts,
+            severity="correctness", message="attempts disagree: attempt 1 match, attempt 2 wrong"),
+        row("fa2.single_prefill/valid.b/bf16", "match", True, flaky=True, reruns=1)])],
+        ignore_index=True)
+    dom = parse(render_html(df, tmp_path / "r.html").read_text())
+    unstable = {e["data-case-id"]: e for e in dom if e["tag"] == "tr" and e.get("class") == "unstable"}
+    assert set(unstable) == {"fa2.single_prefill/valid.a/bf16", "fa2.single_prefill/valid.b/bf16"}
+    assert re.search(r"match 0\.001\s*wrong 0\.7", unstable["fa2.single_prefill/valid.a/bf16"]["_text"])
+    nondet = next(e for e in dom if e["tag"] == "details" and e.get("class") == "fclass"
+                  and e["data-outcome"] == "nondeterministic")
+    assert nondet["data-group"] == "correctness" and "2 attempts" in nondet["_text"]
+
+
+def test_markdown_opens_on_failure_classes():
+    md = render_markdown(guards_off_table())
+    assert md.index("**FAIL: 2 correctness, 1 clarity classes") < md.index("### Failure classes: 3") \
+        < md.index("### Failures: 6") < md.index("### All cases")
+    classes = md[md.index("### Failure classes"):md.index("### Failures")]
+    assert classes.count("`strided.out_stride2`") == 1
+    assert "fa2.paged_prefill, fa2.single_prefill, ll4mi.batch_decode" in classes

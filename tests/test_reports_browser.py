@@ -8,57 +8,26 @@ import os
 import re
 import shutil
 import subprocess
-from html.parser import HTMLParser
 
 import pandas as pd
 import pytest
 
 from reports.html import render_html
-from test_reports import row, table
+from test_reports import parse, row, table
 
 CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (make browser-deps installs it)")
 
 
-def dump_dom(path, tmp_path) -> str:
+def dump_dom(path, tmp_path, fragment: str = "") -> str:
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
            "--no-first-run", "--disable-background-networking", "--disable-component-update",
            "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-           path.resolve().as_uri()]
+           path.resolve().as_uri() + (f"#{fragment}" if fragment else "")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
-
-
-class Elements(HTMLParser):
-    """Every element's tag and attributes, with the text directly inside it."""
-
-    def __init__(self):
-        super().__init__()
-        self.found: list[dict] = []
-        self._stack: list[dict] = []
-
-    def handle_starttag(self, tag, attrs):
-        el = {"tag": tag, **{k: v for k, v in attrs}, "_text": ""}
-        self.found.append(el)
-        if tag not in ("br", "meta", "input", "link", "img", "hr"):
-            self._stack.append(el)
-
-    def handle_endtag(self, tag):
-        while self._stack:
-            if self._stack.pop()["tag"] == tag:
-                break
-
-    def handle_data(self, data):
-        for el in self._stack:
-            el["_text"] += data
-
-
-def parse(dom: str) -> list[dict]:
-    p = Elements()
-    p.feed(dom)
-    return p.found
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +83,46 @@ def test_failures_arch_columns_and_regressions(dom):
     regressions = [e for e in dom if e["tag"] == "tr" and e.get("data-change") == "regression"]
     assert len(regressions) == 2
     assert {e["data-case-id"] for e in regressions} == {"fa2.paged_prefill/strided.k/bf16-d128"}
+
+
+Q = "single_prefill/strided.q_stride2/bf16-d128"
+GRID = "single_prefill/valid.grid/bf16-d128"
+GQA = "batch_decode/gqa.q12_over_kv8/bf16-d128"
+MERGE = "merge_state/strided.s_stride2/bf16-d128"
+
+
+@pytest.fixture(scope="module")
+def cross_page(tmp_path_factory):
+    from test_cross_target import three_targets
+    tmp = tmp_path_factory.mktemp("cross")
+    return render_html(three_targets(), tmp / "cross.html"), tmp
+
+
+def shown_rows(dom) -> set[str]:
+    return {e["data-case-id"] for e in dom if e["tag"] == "tr"
+            and "xt-row" in e.get("class", "").split() and "hidden" not in e["class"].split()}
+
+
+def test_cross_target_page_renders_every_case_once(cross_page):
+    dom = parse(dump_dom(*cross_page))
+    assert next(e for e in dom if e["tag"] == "body").get("data-ready") == "1"
+    assert shown_rows(dom) == {Q, GRID, GQA, MERGE}
+    shown = next(e for e in dom if e.get("id") == "xt-shown")
+    assert shown["_text"] == "4 of 4 rows shown" and shown["data-shown"] == "4"
+    odd = [e for e in dom if e["tag"] == "td" and "odd" in e.get("class", "").split()]
+    assert [(e["data-target"], e["data-outcome"]) for e in odd] == [("bundled", "wrong")]
+
+
+@pytest.mark.parametrize("fragment,expected", [
+    ("family=strided", {Q, MERGE}),
+    ("severity=clarity", {GQA}),
+    ("severity=passing", {GRID, MERGE}),
+    ("differs=1", {Q, GQA}),
+    ("family=strided&severity=correctness", {Q}),
+    ("family=gqa&severity=correctness", set()),
+])
+def test_cross_target_filter(cross_page, fragment, expected):
+    dom = parse(dump_dom(*cross_page, fragment=fragment))
+    assert shown_rows(dom) == expected
+    shown = next(e for e in dom if e.get("id") == "xt-shown")
+    assert shown["data-shown"] == str(len(expected))

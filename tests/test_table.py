@@ -65,13 +65,20 @@ def test_concurrent_appends_never_interleave(tmp_path):
 
 
 def test_paths_resume_helpers_and_merge(tmp_path):
-    assert str(table.results_path("gfx942", "abc123", tmp_path)).endswith("gfx942-abc123.jsonl")
-    path = table.results_path("cpu-x86_64", "abc", tmp_path)
+    assert str(table.results_path("bundled", "gfx942", "abc123", tmp_path)).endswith(
+        "bundled-gfx942-abc123.jsonl")
+    # A partial run names its selection, so it never replaces the full table.
+    partial = table.results_path("torch-sdpa", "gfx942", "abc", tmp_path,
+                                 table.selection_slug(family="strided,gqa"))
+    assert partial.name == "torch-sdpa-gfx942-abc.partial-family=strided,gqa.jsonl"
+    assert table.selection_slug() == ""
+    assert len(table.selection_slug(case_id="x" * 200)) <= 60
+    path = table.results_path("bundled", "cpu-x86_64", "abc", tmp_path)
     assert table.done_case_ids(path) == set() and table.last_run_id(path) is None
     table.append_row(path, _row("a/1", run_id="first"))
     table.append_row(path, _row("a/2", run_id="second"))
     assert table.done_case_ids(path) == {"a/1", "a/2"} and table.last_run_id(path) == "second"
-    assert table.copy_latest(path, "cpu-x86_64").name == "cpu-x86_64.jsonl"
+    assert table.copy_latest(path, "bundled", "cpu-x86_64").name == "bundled-cpu-x86_64.jsonl"
 
     base = tmp_path / "gfx942.jsonl"
     head = tmp_path / "gfx950.jsonl"

@@ -120,15 +120,17 @@ def build_paged(problem, page_size: int, layout: str = "NHD", order: str = "shuf
 
     Pages below `offset` exist but are never referenced, so a 16-bit page id
     (or a 32-bit page * stride product) lands on NaN instead of real data.
+    An empty request (kv_len 0) owns no page: its indptr entries are equal and
+    its last_page_len is 0, as FlashInfer's callers lay it out.
     """
     if page_size < 1:
         raise Skip(f"page_size must be >= 1, got {page_size}")
-    counts = [max(1, -(-n // page_size)) for n in problem.kv_lens]
+    counts = [-(-n // page_size) for n in problem.kv_lens]
     total = sum(counts)
     ids = page_ids(total, order, offset, seed)
     hkv, d, dv = problem.num_kv_heads, problem.head_dim, problem.head_dim_vo
     dev, dt = problem.device, problem.dtype
-    pool = offset + total
+    pool = max(offset + total, 1)   # a batch of empty requests still passes a (NaN) cache
     k_pages = torch.full((pool, page_size, hkv, d), float("nan"), dtype=dt, device=dev)
     v_pages = torch.full((pool, page_size, hkv, dv), float("nan"), dtype=dt, device=dev)
     indptr, indices, last = [0], [], []
@@ -151,7 +153,10 @@ def build_paged(problem, page_size: int, layout: str = "NHD", order: str = "shuf
 
 
 def block_table(paged: PagedKV, batch: int) -> list[list[int]]:
-    """vLLM's [batch, max_blocks] block table; rows padded with the request's last page."""
+    """vLLM's [batch, max_blocks] block table; rows padded with the request's last page.
+
+    An empty request's row is all padding: page 0, which holds NaN whenever the
+    pages start past it (page_id_offset), so a kernel that reads it shows."""
     rows = [paged.indices[paged.indptr[r]:paged.indptr[r + 1]] for r in range(batch)]
-    width = max((len(r) for r in rows), default=1)
-    return [r + [r[-1]] * (width - len(r)) for r in rows]
+    width = max([1] + [len(r) for r in rows])
+    return [r + [r[-1] if r else 0] * (width - len(r)) for r in rows]

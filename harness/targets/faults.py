@@ -9,8 +9,9 @@ endless loop inside a kernel); otherwise pure-Python equivalents.
   none    the right answer            wrong   a deterministic wrong answer
   sigfpe  SIGFPE                      segv    SIGSEGV (a read at address 0)
   abort   SIGABRT                     exit3   os._exit(3)
-  hang    an endless loop             flaky   wrong on the first attempt in a run
-                                              directory, right afterwards
+  hang    an endless loop             flaky   wrong on the first attempt (per
+                                              params["marker_dir"], else per
+                                              process), right afterwards
   poison  leaves state behind         victim  SIGSEGV only after a `poison` case
   sticky  right answer, then the device health probe fails (worker retires)
   slow    right answer after sleeping $FAULTS_SLOW_S seconds (0 when unset)
@@ -32,6 +33,8 @@ ROUTES = ("faults.single_prefill",)
 
 # Left behind by a `poison` case; read by a `victim` case in the same process.
 _LEFTOVER: list[str] = []
+# Flaky cases that already gave their one wrong answer in this process.
+_FLAKY_SEEN: set[str] = set()
 
 
 def fault_case(fault: str, n: int = 0, **params) -> Case:
@@ -106,9 +109,7 @@ class FaultsTarget(Target):
         elif fault == "wrong":
             return {"o": right + 1}
         elif fault == "flaky":
-            marker = Path(case.params["marker_dir"]) / (case.id.replace("/", "_") + ".seen")
-            if not marker.exists():
-                marker.write_text("1")
+            if _first_attempt(case):
                 return {"o": right + 1}
         elif fault == "slow":
             time.sleep(float(os.environ.get("FAULTS_SLOW_S", "0")))
@@ -120,6 +121,19 @@ class FaultsTarget(Target):
         out = buffers.output(right.shape, right.dtype, "o")
         out.copy_(right)
         return {"o": out}
+
+
+def _first_attempt(case) -> bool:
+    """True once per case: across processes with a marker_dir, else within this process."""
+    if "marker_dir" not in case.params:
+        seen = case.id in _FLAKY_SEEN
+        _FLAKY_SEEN.add(case.id)
+        return not seen
+    marker = Path(case.params["marker_dir"]) / (case.id.replace("/", "_") + ".seen")
+    if marker.exists():
+        return False
+    marker.write_text("1")
+    return True
 
 
 def make_target() -> FaultsTarget:

@@ -1,0 +1,164 @@
+"""edge_rows: rows that see no kv, requests with nothing in them, single tokens (issue 12).
+
+FlashInfer's conventions (harness/reference.py): causal is bottom-right
+aligned, so with qo_len L > kv_len K the first L - K rows see no kv; a row
+that sees nothing has output 0 and LSE -inf, which the comparison demands
+exactly. valid never builds such a row. Here, on every route that can
+express it:
+
+  masked_causal   causal, qo_len > kv_len: leading rows see nothing
+  masked_window0  the same with window_left 0 (each visible row sees one key)
+  kv_empty        a request with kv_len 0 (all its rows see nothing; paged: no pages)
+  qo_empty        a request with qo_len 0 (no rows to write)
+  single_token    qo_len 1, kv_len 1
+  batch           all of the above inside one batch, between ordinary requests,
+                  unsplit, split-KV, in CUDA-graph mode and with run(partial_state=)
+  all_empty       a batch in which every request has kv_len 0
+
+merge_state splits each request's kv in two non-empty halves and takes no
+mask, so it gets a qo_len 0 request and single-token queries over the
+shortest splittable kv (2). mixed_batch gets empty decodes (vLLM pads a
+graph batch with seq_len 0) and prefills with masked rows and no rows. The
+poisoned outputs make a row a kernel never writes `wrong`.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case, dtype_tag
+from harness.routes import op_of
+
+FAMILY = "edge_rows"
+OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
+       "batch_decode", "merge_state", "mixed_batch")
+
+DTYPES = ("fp16", "bf16", "fp32")
+HEADS = ((4, 2), (2, 2), (8, 1))
+
+# (variant, qo_lens, kv_lens, causal, window_left) of one request.
+SINGLES = (
+    ("masked_causal", [9], [4], True, -1),
+    ("masked_window0", [9], [4], True, 0),
+    ("kv_empty", [3], [0], False, -1),
+    ("kv_empty_causal", [3], [0], True, -1),
+    ("qo_empty", [0], [5], True, -1),
+    ("single_token", [1], [1], True, -1),
+)
+# One batch holding every edge: masked rows, empty kv, no rows, single token, ordinary.
+BATCH_QO = [9, 3, 0, 1, 5, 0, 2, 6]
+BATCH_KV = [4, 0, 6, 1, 20, 0, 2, 33]
+DECODE_KV = [4, 0, 6, 1, 20, 0, 1, 33]
+
+
+def _params(i: int, head_dim: int, **extra) -> dict:
+    hq, hkv = HEADS[i]
+    return {"dtype": DTYPES[i], "head_dim": head_dim, "num_qo_heads": hq, "num_kv_heads": hkv,
+            "window_left": -1, **extra}
+
+
+def _single_prefill(backend):
+    for i in range(len(DTYPES)):
+        for variant, qo, kv, causal, window in SINGLES:
+            yield variant, _params(i, (64, 128, 32)[i], qo_lens=qo, kv_lens=kv, causal=causal,
+                                   window_left=window, return_lse=i != 1,
+                                   layout=("NHD", "HND", "NHD")[i])
+
+
+def _single_decode(backend):
+    for i in range(len(DTYPES)):
+        for variant, kv in (("kv_empty", 0), ("single_token", 1)):
+            yield variant, _params(i, (128, 64, 256)[i], qo_lens=[1], kv_lens=[kv], causal=False,
+                                   return_lse=True, layout=("NHD", "HND", "NHD")[i])
+
+
+# Batch forms: (variant, extra params). Paged forms add page size, layout and cache form.
+BATCH_FORMS = (
+    ("batch", {}),
+    ("batch_split", {"max_kv_chunk": 4}),
+    ("batch_graph", {"use_cuda_graph": True}),
+)
+
+
+def _batch_prefill(paged: bool):
+    for i in range(len(DTYPES)):
+        base = _params(i, (64, 128, 64)[i], qo_lens=BATCH_QO, kv_lens=BATCH_KV, causal=True,
+                       return_lse=True)
+        if paged:
+            base.update(page_size=(16, 1, 4)[i], layout=("NHD", "HND", "NHD")[i],
+                        cache_form=("tuple", "single", "tuple")[i])
+        for variant, extra in BATCH_FORMS:
+            yield variant, {**base, **extra}
+        yield "batch_window0", {**base, "window_left": 0}
+        yield "all_empty", {**base, "kv_lens": [0] * len(BATCH_KV)}
+        if paged:
+            yield "batch_partial", {**base, "max_kv_chunk": 4, "partial_state": True}
+            yield "batch_partial_unsplit", {**base, "partial_state": True}
+
+
+def _paged_prefill(backend):
+    yield from _batch_prefill(paged=True)
+
+
+def _ragged_prefill(backend):
+    yield from _batch_prefill(paged=False)
+
+
+def _batch_decode(backend):
+    for i in range(len(DTYPES)):
+        # ll4mi and aiter write no LSE from their own kernels.
+        lse = backend not in ("ll4mi", "aiter") or i == 0
+        base = _params(i, (128, 64, 256)[i], qo_lens=[1] * len(DECODE_KV), kv_lens=DECODE_KV,
+                       causal=False, return_lse=lse, page_size=(16, 1, 4)[i],
+                       layout=("NHD", "HND", "NHD")[i], cache_form=("tuple", "single", "tuple")[i])
+        for variant, extra in BATCH_FORMS:
+            yield variant, {**base, **extra}
+        yield "all_empty", {**base, "kv_lens": [0] * len(DECODE_KV)}
+
+
+def _merge_state(backend):
+    for i in range(len(DTYPES)):
+        for merge in ("out_of_place", "in_place"):
+            yield f"qo_empty_{merge}", _params(i, (64, 128, 32)[i], qo_lens=[3, 0, 1, 1],
+                                              kv_lens=[4, 5, 2, 9], causal=False,
+                                              return_lse=True, merge=merge)
+
+
+def _mixed_batch(backend):
+    # Decodes first: two of the four are empty; then a prefill with masked rows, one with
+    # no rows, one single token, one ordinary.
+    qo = [1, 1, 1, 1, 9, 0, 1, 4]
+    kv = [0, 5, 0, 1, 4, 3, 1, 10]
+    for i in range(len(DTYPES)):
+        base = _params(i, (64, 128, 64)[i], qo_lens=qo, kv_lens=kv, causal=True,
+                       return_lse=False, page_size=(16, 1, 4)[i], num_decodes=4)
+        yield "batch", base
+        yield "all_decodes_empty", {**base, "qo_lens": [1] * 4, "kv_lens": [0] * 4}
+        yield "batch_window0", {**base, "window_left": 0}
+
+
+_BY_OP = {
+    "single_prefill": _single_prefill, "single_decode": _single_decode,
+    "paged_prefill": _paged_prefill, "ragged_prefill": _ragged_prefill,
+    "batch_decode": _batch_decode, "merge_state": _merge_state, "mixed_batch": _mixed_batch,
+}
+
+
+def _tag(params: dict) -> str:
+    bits = [dtype_tag(params), f"b{len(params['qo_lens'])}"]
+    if "page_size" in params:
+        bits.append(f"p{params['page_size']}")
+    if params.get("layout") == "HND":
+        bits.append("hnd")
+    if params.get("return_lse"):
+        bits.append("lse")
+    return "-".join(bits)
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        op = op_of(route)
+        if op not in _BY_OP:
+            continue
+        for variant, params in _BY_OP[op](route.split(".", 1)[0]):
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect="match", tag=_tag(params))

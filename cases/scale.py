@@ -1,0 +1,166 @@
+"""scale: long contexts, big batches, page ids past 65,535 (issue 12, generator reach).
+
+valid stays small because the host kernels are CPU loops. Here, still a few
+seconds each on the host ("ci" profile):
+
+  long_kv        kv up to 8k tokens with few query rows, planned with the library's own
+                 chunk (long requests split, short ones not)
+  batch_many     256+ short requests in one batch
+  page_ids_64k   every paged route (paged prefill, batch decode on every backend, with
+                 and without LSE so ll4mi and aiter reach their own kernels, the mixed
+                 batch) with every page id past 65,535 and pages of several tokens
+
+profile="full" adds what only a GPU runs in reasonable time and memory:
+kv of 32k to 128k tokens (prefill with thousands of query rows, on the
+default workspace, which the planner must fit) and page ids whose element
+offset (page id x page stride) passes 2^31.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.case import Case, dtype_tag
+from harness.routes import op_of
+
+FAMILY = "scale"
+OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
+       "batch_decode", "merge_state", "mixed_batch")
+PROFILES = ("ci", "full")
+
+PAGE_ID_OFFSET = 65536
+# With 8 kv heads of head_dim 128 a page of 16 tokens is 2^14 elements, so page ids past 2^17
+# put element offsets past 2^31 (a 32-bit page * stride product wraps).
+PAST_2_31 = {"page_size": 16, "page_id_offset": (1 << 17) + 4096}
+
+
+def _params(dtype: str, head_dim: int, heads: tuple, **extra) -> dict:
+    return {"dtype": dtype, "head_dim": head_dim, "num_qo_heads": heads[0],
+            "num_kv_heads": heads[1], "window_left": -1, **extra}
+
+
+def _short_lens(n: int, decode: bool) -> tuple[list[int], list[int]]:
+    """n short requests, lengths 1..40 spread without a pattern a tile size would hide."""
+    kv = [1 + (r * 37) % 40 for r in range(n)]
+    qo = [1 if decode else 1 + (r * 13) % min(k, 7) for r, k in enumerate(kv)]
+    return qo, kv
+
+
+# ---------------------------------------------------------------- ci
+
+def _single_prefill(backend, full):
+    yield "long_kv", _params("bf16", 128, (2, 1), qo_lens=[8], kv_lens=[8192], causal=True,
+                             return_lse=True)
+    if full:
+        yield "long_kv_full", _params("bf16", 128, (8, 2), qo_lens=[4096], kv_lens=[65536],
+                                      causal=True, return_lse=True)
+
+
+def _single_decode(backend, full):
+    yield "long_kv", _params("fp16", 128, (8, 1), qo_lens=[1], kv_lens=[8192], causal=False,
+                             return_lse=True)
+    if full:
+        yield "long_kv_full", _params("fp16", 128, (32, 8), qo_lens=[1], kv_lens=[131072],
+                                      causal=False, return_lse=True)
+
+
+def _paged_prefill(backend, full):
+    yield "long_kv", _params("fp16", 128, (2, 1), qo_lens=[8, 3, 1], kv_lens=[8192, 700, 5],
+                             causal=True, return_lse=True, page_size=16, cache_form="tuple")
+    qo, kv = _short_lens(260, decode=False)
+    yield "batch_many", _params("bf16", 64, (4, 1), qo_lens=qo, kv_lens=kv, causal=True,
+                                return_lse=True, page_size=16)
+    yield "page_ids_64k", _params("bf16", 64, (4, 1), qo_lens=[7, 1, 12], kv_lens=[50, 9, 31],
+                                  causal=True, return_lse=True, page_size=2, layout="HND",
+                                  page_id_offset=PAGE_ID_OFFSET)
+    if full:
+        yield "long_kv_full", _params("bf16", 128, (32, 8), qo_lens=[2048, 16],
+                                      kv_lens=[32768, 131072], causal=True, return_lse=True,
+                                      page_size=16)
+        yield "offset_past_2_31", _params("bf16", 128, (16, 8), qo_lens=[9, 3],
+                                          kv_lens=[300, 1000], causal=True, return_lse=True,
+                                          **PAST_2_31)
+
+
+def _ragged_prefill(backend, full):
+    yield "long_kv", _params("bf16", 64, (4, 4), qo_lens=[8, 2], kv_lens=[6000, 100],
+                             causal=True, return_lse=True)
+    qo, kv = _short_lens(260, decode=False)
+    yield "batch_many", _params("fp16", 64, (2, 1), qo_lens=qo, kv_lens=kv, causal=True,
+                                return_lse=True)
+    if full:
+        yield "long_kv_full", _params("bf16", 128, (32, 8), qo_lens=[4096, 1],
+                                      kv_lens=[32768, 65536], causal=True, return_lse=True)
+
+
+def _batch_decode(backend, full):
+    # ll4mi and aiter reach their own kernels only without LSE. head_dim 64: ll4mi's host
+    # emulation recomputes every logit per value slice, so it is the slowest route here.
+    lse = backend not in ("ll4mi", "aiter")
+    yield "long_kv", _params("bf16", 64, (4, 1), qo_lens=[1] * 3, kv_lens=[8192, 1000, 5],
+                             causal=False, return_lse=lse, page_size=16)
+    _, kv = _short_lens(300, decode=True)
+    yield "batch_many", _params("fp16", 64, (2, 1), qo_lens=[1] * 300, kv_lens=kv,
+                                causal=False, return_lse=lse, page_size=16)
+    yield "page_ids_64k", _params("fp16", 64, (4, 1), qo_lens=[1] * 3, kv_lens=[70, 3, 33],
+                                  causal=False, return_lse=lse, page_size=2,
+                                  page_id_offset=PAGE_ID_OFFSET)
+    if full:
+        yield "long_kv_full", _params("bf16", 128, (32, 8), qo_lens=[1] * 4,
+                                      kv_lens=[32768, 65536, 131072, 7], causal=False,
+                                      return_lse=lse, page_size=16)
+        yield "offset_past_2_31", _params("fp16", 128, (16, 8), qo_lens=[1] * 3,
+                                          kv_lens=[1000, 17, 300], causal=False,
+                                          return_lse=lse, **PAST_2_31)
+
+
+def _merge_state(backend, full):
+    yield "long_kv", _params("fp16", 64, (4, 2), qo_lens=[4, 1], kv_lens=[8192, 3000],
+                             causal=False, return_lse=True)
+
+
+def _mixed_batch(backend, full):
+    yield "long_kv", _params("bf16", 128, (2, 1), qo_lens=[1, 1, 8], kv_lens=[8000, 3000, 4096],
+                             causal=True, return_lse=False, page_size=16, num_decodes=2)
+    _, kv = _short_lens(256, decode=True)
+    qo = [1] * 256 + [5, 9]
+    yield "batch_many", _params("fp16", 64, (4, 1), qo_lens=qo, kv_lens=kv + [20, 31],
+                                causal=True, return_lse=False, page_size=16, num_decodes=256)
+    yield "page_ids_64k", _params("fp16", 64, (4, 1), qo_lens=[1, 1, 6], kv_lens=[40, 9, 21],
+                                  causal=True, return_lse=False, page_size=2, num_decodes=2,
+                                  page_id_offset=PAGE_ID_OFFSET)
+    if full:
+        yield "offset_past_2_31", _params("bf16", 128, (16, 8), qo_lens=[1, 1, 7],
+                                          kv_lens=[500, 70, 300], causal=True, return_lse=False,
+                                          num_decodes=2, **PAST_2_31)
+
+
+_BY_OP = {
+    "single_prefill": _single_prefill, "single_decode": _single_decode,
+    "paged_prefill": _paged_prefill, "ragged_prefill": _ragged_prefill,
+    "batch_decode": _batch_decode, "merge_state": _merge_state, "mixed_batch": _mixed_batch,
+}
+
+
+def _tag(params: dict) -> str:
+    kv = max(params["kv_lens"])
+    bits = [dtype_tag(params), f"b{len(params['kv_lens'])}",
+            f"k{kv // 1024}k" if kv >= 1024 else f"k{kv}"]
+    if "page_size" in params:
+        bits.append(f"p{params['page_size']}")
+    if params.get("page_id_offset"):
+        bits.append(f"pid{params['page_id_offset']}")
+    if params.get("return_lse"):
+        bits.append("lse")
+    return "-".join(bits)
+
+
+def cases(routes, profile: str = "ci") -> Iterator[Case]:
+    if profile not in PROFILES:
+        raise ValueError(f"scale: profile {profile!r} is not one of {PROFILES}")
+    for route in routes:
+        op = op_of(route)
+        if op not in _BY_OP:
+            continue
+        for variant, params in _BY_OP[op](route.split(".", 1)[0], profile == "full"):
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect="match", tag=_tag(params))
