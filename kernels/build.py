@@ -5,19 +5,28 @@ target builds again and nothing else does. Concurrent processes (xdist workers) 
 lock and the library appears by atomic rename, so it is built once.
 
     python -m kernels.build [--platform host|nvidia|amd] [--arch A[,B]] [--compile-only]
+
+amd picks a toolchain per arch: hipcc first, else clang++-19..22 driven directly in HIP mode
+against Debian's HIP 5.2 headers and device libraries (kernels/AMD.md says what each covers).
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import fcntl
 import hashlib
+import functools
+import glob
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 REPO = CSRC.parent.parent
@@ -77,12 +86,139 @@ def _find(tool: str, *extra: str) -> str | None:
 _INSTALL = {
     "host": "g++ (apt install g++)",
     "nvidia": "nvcc from the CUDA toolkit (https://developer.nvidia.com/cuda-downloads)",
-    "amd": "hipcc (apt install hipcc, or ROCm's /opt/rocm/bin/hipcc)",
+    "amd": "hipcc (apt install hipcc, or ROCm's /opt/rocm/bin/hipcc); without ROCm, gfx942 and "
+           "gfx950 need Debian's clang too (apt install hipcc clang-19 lld-19 clang-22 lld-22)",
 }
 
+# --- amd toolchains -------------------------------------------------------------------------
+# Tried in this order for each arch; the first that accepts it builds it. hipcc is ROCm's (or
+# Debian's 5.2, whose clang 15 stops at gfx940). The direct clangs compile HIP against the
+# headers and device libraries of Debian's hipcc/rocm-device-libs packages (ROCm 5.2).
+AMD_DIRECT_CLANGS = tuple(f"clang++-{v}" for v in (19, 20, 21, 22))
+DEVLIBS_PLACEHOLDER = "<devlibs>"  # replaced by a per-build directory in _compile
 
-def command(platform: str, arch: str, out: Path) -> tuple[list[str], dict]:
-    """The compiler command line and its extra environment."""
+
+class Toolchain(NamedTuple):
+    """An amd compiler; direct: a plain clang driven in HIP mode, not hipcc."""
+    name: str  # hipcc, clang++-19, ...
+    path: str
+    direct: bool
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _rocm_root() -> str | None:
+    """The prefix whose include/hip and amdgcn bitcode the direct clangs use (Debian: /usr)."""
+    return "/usr" if os.path.exists("/usr/include/hip/hip_runtime.h") and _bitcode_dir() else None
+
+
+def _bitcode_dir() -> str | None:
+    found = sorted(glob.glob("/usr/lib/*/amdgcn/bitcode")) + sorted(glob.glob("/usr/lib/amdgcn/bitcode"))
+    return found[0] if found and os.path.exists(os.path.join(found[0], "ocml.bc")) else None
+
+
+def _amd_toolchains() -> list[Toolchain]:
+    found = []
+    hipcc = _find("hipcc", "/opt/rocm/bin/hipcc")
+    if hipcc:
+        found.append(Toolchain("hipcc", hipcc, False))
+    if _rocm_root():
+        found += [Toolchain(n, p, True) for n in AMD_DIRECT_CLANGS if (p := _find(n))]
+    return found
+
+
+def _isa_version(arch: str) -> int:
+    """gfx942 -> 9402 (major, minor, stepping), the value device libs call __oclc_ISA_version."""
+    digits = arch.split(":")[0].removeprefix("gfx")
+    return int(digits[:-2]) * 1000 + int(digits[-2], 16) * 100 + int(digits[-1], 16)
+
+
+@functools.lru_cache(maxsize=None)
+def _accepts(tc: Toolchain, arch: str) -> bool:
+    """Whether tc's driver accepts arch, device libraries included (hipcc), without compiling."""
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "probe.hip"
+        src.write_text("__global__ void k() {}\n")
+        cmd = [tc.path, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-c", str(src),
+               "-o", os.devnull, "-###"]
+        if tc.direct:
+            cmd.insert(1, "-nogpulib")  # device libs: _prepare_devlibs supplies every arch's
+        try:
+            proc = subprocess.run(cmd, env={**os.environ, "HIP_PLATFORM": "amd"}, capture_output=True,
+                                  text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return proc.returncode == 0 and not re.search(r"^\S+: error: ", proc.stdout + proc.stderr, re.M)
+
+
+@functools.lru_cache(maxsize=None)
+def _version(tc: Toolchain) -> str:
+    try:
+        out = subprocess.run([tc.path, "--version"], env={**os.environ, "HIP_PLATFORM": "amd"},
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "version unknown"
+    hip = re.search(r"HIP version: (\S+)", out)
+    clang = re.search(r"clang version (\S+)", out)
+    return ", ".join(x for x in (hip and f"HIP {hip.group(1)}", clang and f"clang {clang.group(1)}") if x)
+
+
+def amd_groups(arch: str) -> list[tuple[Toolchain, list[str]]]:
+    """[(toolchain, archs)] in toolchain order; BuildError naming an arch that none accepts."""
+    archs = [a.strip() for a in arch.split(",") if a.strip()]
+    if not archs:
+        raise BuildError(f"--arch {arch!r}: no amd arch given")
+    for a in archs:
+        if not re.fullmatch(r"gfx[0-9]+[0-9a-f]{2}(:[a-z0-9_]+[+-])*", a):
+            raise BuildError(f"--arch {a!r}: expected gfxNNN for amd")
+    tcs = _amd_toolchains()
+    if not tcs:
+        raise BuildError(f"cannot build the amd library: compiler not found; install {_INSTALL['amd']}")
+    groups: dict[Toolchain, list[str]] = {}
+    for a in archs:
+        tc = next((t for t in tcs if _accepts(t, a)), None)
+        if tc is None:
+            tried = ", ".join(t.name for t in tcs)
+            raise BuildError(f"amd arch {a}: no installed toolchain accepts it (tried {tried}); "
+                             f"install {_INSTALL['amd']}")
+        groups.setdefault(tc, []).append(a)
+    return [(tc, groups[tc]) for tc in tcs if tc in groups]
+
+
+def _amd_command(tc: Toolchain, archs: list[str], srcs: list[str], out: Path, devlibs: str) -> list[str]:
+    flags = ["-x", "hip", "-O2", "-std=c++17", "-fPIC", "-shared", "-DKERNELS_PLATFORM_AMD"]
+    if tc.direct:
+        # Code object v5: Debian's device libs have oclc_abi_version_500 but not clang 22's v6.
+        flags = ["-x", "hip", f"--rocm-path={_rocm_root()}", f"--rocm-device-lib-path={devlibs}",
+                 "-mcode-object-version=5", *flags[2:]]
+    flags += [f"--offload-arch={a}" for a in archs]
+    return [tc.path, *flags, *srcs, *(["-lamdhip64"] if tc.direct else []), "-o", str(out)]
+
+
+def _prepare_devlibs(tc: Toolchain, archs: list[str], d: Path) -> None:
+    """Debian's device libraries, plus the one-constant oclc_isa_version_<arch>.bc that ROCm 5.2
+    predates for an arch (gfx942, gfx950). Those libraries compare the ISA version only with
+    values up to 9010 (gfx90a), so gfx942 (9402) and gfx950 (9500) take gfx940's (9400) paths."""
+    d.mkdir(parents=True, exist_ok=True)
+    for bc in Path(_bitcode_dir()).glob("*.bc"):
+        (d / bc.name).symlink_to(bc)
+    for a in archs:
+        name = f"oclc_isa_version_{a.split(':')[0].removeprefix('gfx')}.bc"
+        if (d / name).exists():
+            continue
+        cl = d / f"{name}.cl"
+        cl.write_text(f"__constant int __oclc_ISA_version = {_isa_version(a)};\n")
+        cmd = [tc.path, "-x", "cl", "-cl-std=CL1.2", "-target", "amdgcn-amd-amdhsa", "-nogpulib",
+               "-fvisibility=protected", "-Xclang", "-mcode-object-version=none", "-emit-llvm", "-c",
+               str(cl), "-o", str(d / name)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"amd {a}: {tc} could not make {name}:\n{proc.stdout}{proc.stderr}")
+
+
+def command(platform: str, arch: str, out: Path, devlibs: str = DEVLIBS_PLACEHOLDER) -> tuple[list[str], dict]:
+    """The compiler command line and its extra environment (amd: archs of one toolchain only)."""
     srcs = [str(p) for p in sources() if p.suffix == ".cpp"]
     env: dict = {}
     if platform == "host":
@@ -97,13 +233,13 @@ def command(platform: str, arch: str, out: Path) -> tuple[list[str], dict]:
                 raise BuildError(f"--arch {a!r}: expected sm_XY for nvidia")
             flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
     elif platform == "amd":
-        cc = _find("hipcc", "/opt/rocm/bin/hipcc")
-        env["HIP_PLATFORM"] = "amd"
-        flags = ["-x", "hip", "-O2", "-std=c++17", "-fPIC", "-shared", "-DKERNELS_PLATFORM_AMD"]
-        for a in arch.split(","):
-            if not a.startswith("gfx"):
-                raise BuildError(f"--arch {a!r}: expected gfxNNN for amd")
-            flags.append(f"--offload-arch={a}")
+        groups = amd_groups(arch)
+        if len(groups) > 1:
+            raise BuildError(f"--arch {arch}: one library needs one toolchain, these need "
+                             + "; ".join(f"{tc} for {','.join(a)}" for tc, a in groups)
+                             + " (--compile-only checks them all)")
+        tc, archs = groups[0]
+        return _amd_command(tc, archs, srcs, out, devlibs), {"HIP_PLATFORM": "amd"}
     else:
         raise BuildError(f"unknown platform {platform!r}; expected one of {PLATFORMS}")
     if cc is None:
@@ -115,18 +251,49 @@ def build_hash(platform: str, arch: str) -> str:
     h = hashlib.sha256()
     for p in sources():
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    flags, _ = command(platform, arch, Path("OUT"))
     srcs = {str(p) for p in sources()}
-    h.update(repr([platform, arch] + [f for f in flags[1:] if f not in srcs]).encode())
+    if platform == "amd":  # every toolchain's command, named by toolchain (paths differ per machine)
+        flags = [f for tc, a in amd_groups(arch)
+                 for f in [tc.name, *_amd_command(tc, a, [], Path("OUT"), DEVLIBS_PLACEHOLDER)[1:]]]
+    else:
+        cmd, _ = command(platform, arch, Path("OUT"))
+        flags = [f for f in cmd[1:] if f not in srcs]
+    h.update(repr([platform, arch] + flags).encode())
     return h.hexdigest()
 
 
 def _compile(platform: str, arch: str, out: Path) -> None:
-    cmd, env = command(platform, arch, out)
-    proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as d:
+        devlibs = Path(d) / "devlibs"
+        cmd, env = command(platform, arch, out, str(devlibs))
+        if platform == "amd" and any(f.startswith("--rocm-device-lib-path=") for f in cmd):
+            (tc, archs), = amd_groups(arch)
+            _prepare_devlibs(tc, archs, devlibs)
+        proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"{platform} build failed ({' '.join(cmd[:1])}, exit {proc.returncode}):\n"
                          f"{proc.stdout}{proc.stderr}")
+
+
+def code_objects(lib: Path) -> dict[str, int]:
+    """{arch: bytes} of the AMD GPU ELF code objects in a HIP library's offload bundles."""
+    data, found, magic = lib.read_bytes(), {}, b"__CLANG_OFFLOAD_BUNDLE__"
+    at = data.find(magic)
+    while at >= 0:
+        p = at + len(magic)
+        (n,) = struct.unpack_from("<Q", data, p)
+        p += 8
+        for _ in range(n):
+            off, size, idlen = struct.unpack_from("<QQQ", data, p)
+            bid = data[p + 24:p + 24 + idlen].decode(errors="replace")
+            p += 24 + idlen
+            obj = data[at + off:at + off + size]
+            # ELF magic and e_machine EM_AMDGPU (224): a real code object, not an empty entry.
+            if "amdgcn" in bid and obj[:4] == b"\x7fELF" and struct.unpack_from("<H", obj, 18)[0] == 224:
+                a = bid.rsplit("--", 1)[-1]
+                found[a] = found.get(a, 0) + size
+        at = data.find(magic, p)
+    return found
 
 
 def ensure_built(platform: str | None = None, arch: str | None = None) -> dict:
@@ -168,18 +335,48 @@ def build_info() -> dict:
 
 
 def compile_only(platform: str, arch: str) -> dict:
-    """Compile into a temporary dir and report; for targets this machine cannot run."""
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / LIB_NAME
-        _compile(platform, arch, out)
-        size = out.stat().st_size
-    return {"platform": platform, "arch": arch, "build_hash": build_hash(platform, arch), "bytes": size}
+    """Compile into a temporary dir and report; for targets this machine cannot run.
+
+    amd: one full host+device build per toolchain (in parallel); each arch is reported with its
+    toolchain and the size of its device code object, and an arch without one fails the check."""
+    if platform != "amd":
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / LIB_NAME
+            _compile(platform, arch, out)
+            size = out.stat().st_size
+        return {"platform": platform, "arch": arch, "build_hash": build_hash(platform, arch), "bytes": size}
+    groups = amd_groups(arch)
+    info = {"platform": platform, "arch": arch, "build_hash": build_hash(platform, arch), "bytes": 0}
+
+    def one(group):
+        tc, archs = group
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / LIB_NAME
+            _compile(platform, ",".join(archs), out)
+            return out.stat().st_size, code_objects(out), time.perf_counter() - t0
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(groups), os.cpu_count() or 1)) as ex:
+        results = list(ex.map(one, groups))
+    for (tc, archs), (size, objs, secs) in zip(groups, results):
+        info["bytes"] += size
+        for a in archs:
+            if not objs.get(a):
+                raise BuildError(f"amd arch {a}: {tc} built the library but it holds no {a} code object")
+            how = "its HIP headers and device libs"
+            if tc.direct:
+                isa = f"oclc_isa_version_{a.split(':')[0].removeprefix('gfx')}.bc"
+                how = "Debian's HIP 5.2 headers and device libs" + (
+                    "" if os.path.exists(os.path.join(_bitcode_dir(), isa)) else f" (+ generated {isa})")
+            info[a] = (f"{tc} ({_version(tc)}, {tc.path}) with {how}: host+device compiled and linked, "
+                       f"{a} code object {objs[a]} bytes ({secs:.1f} s for {','.join(archs)})")
+    return info
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.build", description=__doc__.splitlines()[0])
     ap.add_argument("--platform", choices=PLATFORMS)
-    ap.add_argument("--arch", help="sm_90 (nvidia), gfx942 or gfx90a,gfx940 (amd)")
+    ap.add_argument("--arch", help="sm_90 (nvidia), gfx942 or gfx90a,gfx940,gfx942,gfx950 (amd)")
     ap.add_argument("--compile-only", action="store_true", help="build to a temp dir and report")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()

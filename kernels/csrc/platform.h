@@ -4,8 +4,9 @@
 //         loop over the threads of a block. That only works because no kernel uses
 //         __syncthreads or shared memory: keep it that way.
 // nvidia: nvcc -x cu. hip* host calls map to cuda*.
-// amd:    hipcc -x hip. Wavefronts are 64 lanes on every gfx9 data-centre part (gfx90a, gfx940,
-//         gfx942, gfx950); code that cares reads KERNELS_WARP_SIZE, never a literal 32.
+// amd:    hipcc -x hip, or clang++-19/22 -x hip (build.py picks per arch). Wavefronts are 64
+//         lanes on every gfx9 data-centre part (gfx90a, gfx940, gfx942, gfx950); code that
+//         cares reads KERNELS_WARP_SIZE, never a literal 32 or 64.
 #pragma once
 #include <stdint.h>
 
@@ -65,10 +66,22 @@ typedef cudaStream_t kernels_stream_t;
 #define KERNELS_PLATFORM_NAME "nvidia"
 
 #elif defined(KERNELS_PLATFORM_AMD)
+// clang 22 no longer predefines __AMDGCN_WAVEFRONT_SIZE; older HIP headers (Debian's 5.2 among
+// them) still read it for warpSize. Give them what clang 19 gives: 32 on RDNA (gfx10-12) device
+// passes, 64 on gfx9 device passes and on the host pass.
+#if !defined(__AMDGCN_WAVEFRONT_SIZE)
+#if defined(__HIP_DEVICE_COMPILE__) && (defined(__GFX10__) || defined(__GFX11__) || defined(__GFX12__))
+#define __AMDGCN_WAVEFRONT_SIZE 32
+#else
+#define __AMDGCN_WAVEFRONT_SIZE 64
+#endif
+#endif
 #include <hip/hip_runtime.h>
 typedef hipStream_t kernels_stream_t;
-// gfx90a/gfx940/gfx942/gfx950 run wave64; __AMDGCN_WAVEFRONT_SIZE is deprecated in newer ROCm,
-// so the value is spelled out for the targets build.py accepts.
+// A logical warp, the same number in the host pass (launch shapes) and every device pass, so
+// not the hardware wave size: gfx9 (gfx90a/gfx940/gfx942/gfx950) runs wave64 and RDNA wave32.
+// No kernel uses cross-lane operations (__shfl, ballots, wave reductions), so a logical warp of
+// 64 is correct on wave32 parts too, as two hardware waves.
 #define KERNELS_WARP_SIZE 64
 #define LAUNCH(kernel, grid, block, stream, ...) \
   hipLaunchKernelGGL(kernel, (grid), (block), 0, (hipStream_t)(stream), __VA_ARGS__)
