@@ -11,12 +11,12 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from harness.failure_classes import OUTCOME_ORDER
+
 OUTCOMES = ("match", "refused", "wrong", "silent", "corrupt", "crash", "hang",
-            "unexpected_refusal", "skipped")
+            "unexpected_refusal", "nondeterministic", "harness_error", "skipped")
 # Worst first: the order a failing cell or table sorts by.
-SEVERITY = {name: rank for rank, name in enumerate(
-    ("crash", "corrupt", "hang", "wrong", "silent", "unexpected_refusal",
-     "skipped", "refused", "match"))}
+SEVERITY = {name: rank for rank, name in enumerate(OUTCOME_ORDER)}
 
 COLUMNS = ("run_id", "timestamp", "arch", "platform", "target", "target_version",
            "library_commit", "build_hash", "route", "family", "case_id", "params",
@@ -24,7 +24,8 @@ COLUMNS = ("run_id", "timestamp", "arch", "platform", "target", "target_version"
            "first_bad_index", "message", "error_type", "stage", "duration_s",
            "reruns", "flaky", "isolation", "worker")
 # Optional columns a run may record; read when present.
-OPTIONAL = ("disable_guards", "ledger", "case_json")
+OPTIONAL = ("disable_guards", "ledger", "case_json", "severity", "attempts", "rel_error",
+            "tolerance", "error_ratio", "repeat", "profile")
 
 
 def load_results(paths: Iterable[str]) -> pd.DataFrame:
@@ -65,7 +66,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = None
     df["pass"] = df["pass"].map(_as_bool)
-    for col in ("arch", "target", "route", "family", "case_id", "outcome"):
+    for col in ("arch", "target", "route", "family", "case_id", "outcome", "severity"):
         df[col] = df[col].fillna("").astype(str)
     if len(df) and df["timestamp"].notna().any():
         df = df.sort_values("timestamp", kind="stable")
@@ -89,6 +90,25 @@ def fmt_diff(value: Any) -> str:
     if math.isinf(value) or math.isnan(value):
         return str(value)
     return f"{value:.3g}"
+
+
+def error_ratio(row: Any) -> float | None:
+    """max |diff| / tolerance (above 1 is wrong); None when the row lacks either number."""
+    recorded = row.get("error_ratio")
+    if _number(recorded) is not None:
+        return _number(recorded)
+    diff, tol = _number(row.get("max_abs_diff")), _number(row.get("tolerance"))
+    if diff is None or tol is None or tol <= 0:
+        return None
+    return diff / tol
+
+
+def _number(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
 
 
 def fmt_wrong(row: Any) -> str:

@@ -14,6 +14,7 @@ from harness.ledger import apply_ledger_per_arch
 
 from . import is_missing, load_results
 from .compare import compare, summary
+from .cross import pairs
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,8 +47,20 @@ def _load(option: str, paths) -> pd.DataFrame:
 
 
 def default_out(df: pd.DataFrame) -> Path:
+    """reports/out/<arch>.html; with several targets, <target+target>-<arch>.html."""
     names = sorted(a for a in df["arch"].unique() if a) or ["unknown"]
-    return Path("reports/out") / ("+".join(names) + ".html")
+    targets = sorted(t for t in df["target"].unique() if t)
+    prefix = "+".join(targets) + "-" if len(targets) > 1 else ""
+    return Path("reports/out") / (prefix + "+".join(names) + ".html")
+
+
+def default_title(df: pd.DataFrame) -> str:
+    """`Attention correctness: gfx942`; with several targets, `…: bundled vs torch-sdpa on gfx942`."""
+    names = ", ".join(sorted(a for a in df["arch"].unique() if a)) or "no rows"
+    targets = sorted(t for t in df["target"].unique() if t)
+    if len(targets) > 1:
+        names = " vs ".join(targets) + " on " + names
+    return "Attention correctness: " + names
 
 
 def report_main(args: argparse.Namespace) -> int:
@@ -64,12 +77,15 @@ def report_main(args: argparse.Namespace) -> int:
         df, errors = apply_ledger_per_arch(df, args.ledger)
         if base is not None:
             base, _ = apply_ledger_per_arch(base, args.ledger)
-    title = getattr(args, "title", None) or "Attention correctness: " + (
-        ", ".join(sorted(a for a in df["arch"].unique() if a)) or "no rows")
+    title = getattr(args, "title", None) or default_title(df)
     out = Path(args.out) if getattr(args, "out", None) else default_out(df)
     render_html(df, out, base_df=base, title=title)
     n_fail = int((~df["pass"]).sum())
     print(f"report: {len(df)} rows, {n_fail} failing -> {out}")
+    columns = pairs(df)
+    if len(columns) > 1:
+        print(f"report: cross-target section (#cross-target) over {len(columns)} (target, arch) "
+              "columns: " + ", ".join(f"{t}/{a}" for t, a in columns))
     if getattr(args, "markdown", None):
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(render_markdown(df, base, title=title), encoding="utf-8")

@@ -8,16 +8,23 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from . import (OUTCOMES, SEVERITY, fmt_diff, fmt_wrong, guards_of, is_missing, params_text,
-               prepare, repro_command, sort_failures_first)
-from .compare import arches, by_arch, compare, summary
+from harness.failure_classes import failure_classes
+
+from . import OUTCOMES, SEVERITY, fmt_diff, prepare
+from .classes import class_groups
+from .compare import compare, summary
+from .cross import cross_target, pairs
+from .errchart import family_charts
+from .header import header
+from .rows import attempts_of, row_view, text
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
 COLORS = {
     "match": "#2e7d32", "refused": "#1565c0", "wrong": "#c62828", "silent": "#ef6c00",
     "corrupt": "#6a1b9a", "crash": "#4e0000", "hang": "#795548",
-    "unexpected_refusal": "#f9a825", "skipped": "#9e9e9e",
+    "unexpected_refusal": "#f9a825", "skipped": "#9e9e9e", "nondeterministic": "#00838f",
+    "harness_error": "#455a64",
 }
 
 
@@ -26,10 +33,6 @@ def _env() -> jinja2.Environment:
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson_attr"] = lambda v: json.dumps(v, sort_keys=True)
     return env
-
-
-def _text(value) -> str:
-    return "" if is_missing(value) else str(value)
 
 
 def matrix(df: pd.DataFrame) -> dict:
@@ -48,21 +51,6 @@ def matrix(df: pd.DataFrame) -> dict:
     return {"routes": routes, "families": families, "cells": cells}
 
 
-def _row_view(row) -> dict:
-    return {
-        "case_id": row["case_id"], "route": row["route"], "family": row["family"],
-        "arch": row["arch"], "target": row["target"], "outcome": row["outcome"],
-        "expect": _text(row["expect"]), "pass": bool(row["pass"]),
-        "max_abs_diff": fmt_diff(row["max_abs_diff"]), "wrong": fmt_wrong(row),
-        "first_bad_index": _text(row["first_bad_index"]), "message": _text(row["message"]),
-        "error_type": _text(row["error_type"]), "stage": _text(row["stage"]),
-        "params": params_text(row["params"]), "reruns": _text(row["reruns"]),
-        "flaky": _text(row["flaky"]), "worker": _text(row["worker"]),
-        "guards": ",".join(guards_of(row)), "ledger": _text(row["ledger"]),
-        "repro": repro_command(row),
-    }
-
-
 def _runs(df: pd.DataFrame) -> list[dict]:
     cols = ["run_id", "arch", "platform", "target", "target_version", "library_commit",
             "build_hash"]
@@ -70,49 +58,48 @@ def _runs(df: pd.DataFrame) -> list[dict]:
     return runs.to_dict("records")
 
 
+def _unstable(df: pd.DataFrame) -> list[dict]:
+    """Rows that are nondeterministic, flaky, or whose attempts disagree."""
+    views = [row_view(r) for r in df.to_dict("records")
+             if r["outcome"] == "nondeterministic" or text(r.get("flaky")) == "True"
+             or len({a["outcome"] for a in attempts_of(r)}) > 1]
+    return sorted(views, key=lambda v: (v["pass"], v["case_id"]))
+
+
+def _changes(base_df: pd.DataFrame, df: pd.DataFrame) -> dict:
+    changes = compare(base_df, df)
+    groups = {}
+    for kind in ("regression", "fix", "new", "removed", "changed"):
+        part = changes[changes["change"] == kind]
+        groups[kind] = [{
+            "case_id": r["case_id"], "route": text(r["route"]),
+            "arch": text(r.get("arch", "")),
+            "base": text(r["base_outcome"]), "head": text(r["head_outcome"]),
+            "base_diff": fmt_diff(r["base_max_abs_diff"]),
+            "head_diff": fmt_diff(r["head_max_abs_diff"]),
+            "head_pass": text(r["head_pass"]) == "True",
+        } for _, r in part.iterrows()]
+    return {"summary": summary(changes), "groups": groups}
+
+
 def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = "") -> dict:
     df = prepare(df)
     counts = df["outcome"].value_counts()
-    failing = sort_failures_first(df[~df["pass"]])
+    classes = failure_classes(df)
     known = df[df["pass"] & df["ledger"].notna() & (df["ledger"].astype(str) != "")]
-    ctx = {
+    return {
         "title": title,
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "outcomes": OUTCOMES, "colors": COLORS,
+        "outcomes": OUTCOMES, "colors": COLORS, "header": header(df, classes),
         "total": len(df), "n_pass": int(df["pass"].sum()), "n_fail": int((~df["pass"]).sum()),
         "counts": {o: int(counts.get(o, 0)) for o in OUTCOMES},
         "runs": _runs(df), "matrix": matrix(df),
-        "failures": [_row_view(r) for _, r in failing.iterrows()],
-        "known": [_row_view(r) for _, r in known.iterrows()],
-        "arches": arches(df), "arch_rows": [], "arch_same": 0,
-        "changes": None,
+        "class_groups": class_groups(classes), "n_classes": len(classes),
+        "multi_arch": len(pairs(df)) > 1, "unstable": _unstable(df),
+        "known": [row_view(r) for r in known.to_dict("records")],
+        "cross": cross_target(df), "charts": family_charts(df, COLORS),
+        "changes": _changes(base_df, df) if base_df is not None else None,
     }
-    if len(ctx["arches"]) > 1:
-        table = by_arch(df)
-        shown = table[table["differs"] | table["any_fail"]]
-        ctx["arch_same"] = len(table) - len(shown)
-        ctx["arch_rows"] = [{
-            "case_id": r["case_id"], "route": r["route"], "target": r["target"],
-            "cells": [{"arch": a, "outcome": _text(r[f"outcome:{a}"]),
-                       "pass": _text(r[f"pass:{a}"]) == "True",
-                       "diff": fmt_diff(r[f"max_abs_diff:{a}"]), "wrong": r[f"wrong:{a}"]}
-                      for a in ctx["arches"]],
-        } for _, r in shown.iterrows()]
-    if base_df is not None:
-        changes = compare(base_df, df)
-        groups = {}
-        for kind in ("regression", "fix", "new", "removed", "changed"):
-            part = changes[changes["change"] == kind]
-            groups[kind] = [{
-                "case_id": r["case_id"], "route": _text(r["route"]),
-                "arch": _text(r.get("arch", "")),
-                "base": _text(r["base_outcome"]), "head": _text(r["head_outcome"]),
-                "base_diff": fmt_diff(r["base_max_abs_diff"]),
-                "head_diff": fmt_diff(r["head_max_abs_diff"]),
-                "head_pass": _text(r["head_pass"]) == "True",
-            } for _, r in part.iterrows()]
-        ctx["changes"] = {"summary": summary(changes), "groups": groups}
-    return ctx
 
 
 def render_html(df: pd.DataFrame, path, base_df: pd.DataFrame | None = None,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.failure_classes import failure_classes, verdict
+
 from . import OUTCOMES, fmt_diff, fmt_wrong, prepare, repro_command, sort_failures_first
 from .compare import arches, by_arch, compare, summary
 
@@ -70,9 +72,21 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
     names = arches(df)
     out.add(f"## {title}")
     out.add("")
-    out.add(f"**{len(df)} cases, {len(df) - n_fail} pass, {n_fail} fail**"
+    classes = failure_classes(df)
+    out.add(f"**{verdict(df, classes)}**")
+    out.add("")
+    out.add(f"{len(df)} cases, {len(df) - n_fail} pass, {n_fail} fail"
             + (f" on {', '.join(names)}" if names else "") + ".")
     out.add("")
+    if classes:
+        out.add(f"### Failure classes: {len(classes)}")
+        out.add("")
+        out.table("Failure classes", ["severity", "class", "outcome", "rows", "routes", "message",
+                                      "example"], [
+            [_cell(c.group), _code(c.label), f"**{_cell(c.outcome)}**", str(c.n_rows),
+             _cell(", ".join(c.routes)), _cell(c.example_message),
+             _code(repro_command(c.rows.iloc[0]))]
+            for c in classes], share=0.25)
 
     if base_df is not None:
         changes = compare(base_df, df)

@@ -103,6 +103,9 @@ def test_html_cross_target_section(tmp_path):
     sdpa = sdpa_cells[keys.index("single_prefill/strided.q_stride2/bf16-d128")]
     assert sdpa_cells[keys.index("batch_decode/gqa.q12_over_kv8/bf16-d128")]["_text"].strip() == "—"
     assert "sdpa_flash: refused" in sdpa["_text"] and "sdpa_math: refused" in sdpa["_text"]
+    gqa_cells = [e for e in dom if e["tag"] == "td" and "xt-slot" in e.get("class", "")][
+        3 * keys.index("batch_decode/gqa.q12_over_kv8/bf16-d128"):][:3]
+    assert [c["_text"].strip() for c in gqa_cells] == ["fa2: refused", "fi_fa2: refused ✗", "—"]
     options = {e["value"] for e in dom if e["tag"] == "option"}
     assert {"strided", "valid", "gqa", "correctness", "clarity", "passing"} <= options
 

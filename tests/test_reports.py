@@ -236,7 +236,10 @@ def test_html_opens_on_failure_classes_grouped_by_severity(tmp_path):
 def test_html_header_names_guards_profile_repeat_targets(tmp_path):
     df = guards_off_table()
     df.loc[0, "disable_guards"] = "gqa_divisible,strides"
-    dom = parse(render_html(df, tmp_path / "r.html").read_text())
+    df.loc[7, "repeat"] = None      # a float column now; counts still read 2, not 2.0
+    html = render_html(df, tmp_path / "r.html").read_text()
+    assert html.count(", repeat 2, worker gw0") == 6 and "repeat 2.0" not in html
+    dom = parse(html)
     facts = {e["id"]: e["_text"] for e in dom if e.get("id", "").startswith("fact-")}
     assert facts == {"fact-targets": "bundled 0.1", "fact-arches": "gfx942",
                      "fact-guards": "gqa_divisible, strides, all", "fact-profile": "host",

@@ -1,0 +1,53 @@
+"""The report's header: the verdict line and the conditions the rows were run under."""
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.failure_classes import FailureClass, verdict
+
+from . import guards_of, is_missing
+
+
+def _distinct(values) -> list[str]:
+    seen: dict[str, None] = {}
+    for value in values:
+        if not is_missing(value) and str(value) != "":
+            seen.setdefault(str(value), None)
+    return list(seen)
+
+
+def _guards(df: pd.DataFrame) -> list[str]:
+    names: dict[str, None] = {}
+    seen: set[str] = set()
+    for value in df["disable_guards"]:
+        key = value if isinstance(value, str) else repr(value)
+        if key not in seen:
+            seen.add(key)
+            for name in guards_of({"disable_guards": value}):
+                names.setdefault(name, None)
+    return list(names)
+
+
+def _repeats(df: pd.DataFrame) -> list[str]:
+    values = pd.to_numeric(df["repeat"], errors="coerce").dropna()
+    return [str(int(v)) for v in sorted(values.unique())]
+
+
+def header(df: pd.DataFrame, classes: list[FailureClass]) -> dict:
+    """Verdict, and the run's guards off, profile, repeat count, targets and arches.
+
+    Each list holds the distinct values over all rows, so a merged table of
+    two runs that differ shows both. An empty list means no row records it.
+    """
+    pairs = df[["target", "target_version"]].drop_duplicates()
+    targets = sorted(_distinct(f"{t} {v}" if not is_missing(v) and str(v) else t
+                               for t, v in zip(pairs["target"], pairs["target_version"])))
+    return {
+        "verdict": verdict(df, classes),
+        "failing": bool(classes),
+        "guards_off": _guards(df),
+        "profiles": _distinct(df["profile"]),
+        "repeats": _repeats(df),
+        "targets": targets,
+        "arches": _distinct(df["arch"]),
+    }

@@ -1,0 +1,73 @@
+"""One results row as the HTML template shows it: every field as display text."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from . import error_ratio, fmt_diff, fmt_wrong, guards_of, is_missing, params_text, repro_command
+
+_SIGNAL = re.compile(r"\bSIG[A-Z0-9]+\b|\bexit -?\d+\b|\bsignal \d+\b")
+
+
+def text(value: Any) -> str:
+    return "" if is_missing(value) else str(value)
+
+
+def whole(value: Any) -> str:
+    """A count as `2`, even from a float column (`2.0`); '' when missing."""
+    try:
+        return str(int(float(value)))
+    except (TypeError, ValueError, OverflowError):
+        return text(value)
+
+
+def crash_signal(row: Any) -> str:
+    """`SIGSEGV` (or `exit 3`) for a crash row, from its error type or message; else ''."""
+    if row.get("outcome") != "crash":
+        return ""
+    for field in ("error_type", "message"):
+        found = _SIGNAL.search(text(row.get(field)))
+        if found:
+            return found.group(0)
+    return ""
+
+
+def attempts_of(row: Any) -> list[dict]:
+    """The row's attempts as [{outcome, diff}], from a list or its JSON text."""
+    value = row.get("attempts")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    if not isinstance(value, (list, tuple)):
+        return []
+    return [{"outcome": text(a.get("outcome")), "diff": fmt_diff(a.get("max_abs_diff"))}
+            for a in value if isinstance(a, dict)]
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    if ratio is None:
+        return ""
+    return "∞×" if ratio == float("inf") else f"{ratio:.3g}×"
+
+
+def row_view(row: Any) -> dict:
+    return {
+        "case_id": row["case_id"], "route": row["route"], "family": row["family"],
+        "arch": row["arch"], "target": row["target"], "outcome": row["outcome"],
+        "severity": text(row.get("severity")), "signal": crash_signal(row),
+        "expect": text(row["expect"]), "pass": bool(row["pass"]),
+        "max_abs_diff": fmt_diff(row["max_abs_diff"]), "wrong": fmt_wrong(row),
+        "tolerance": fmt_diff(row.get("tolerance")), "ratio": fmt_ratio(error_ratio(row)),
+        "rel_error": fmt_diff(row.get("rel_error")),
+        "first_bad_index": text(row["first_bad_index"]), "message": text(row["message"]),
+        "error_type": text(row["error_type"]), "stage": text(row["stage"]),
+        "params": params_text(row["params"]), "reruns": text(row["reruns"]),
+        "flaky": text(row.get("flaky")), "worker": text(row["worker"]),
+        "isolation": text(row.get("isolation")), "attempts": attempts_of(row),
+        "repeat": whole(row.get("repeat")), "profile": text(row.get("profile")),
+        "guards": ",".join(guards_of(row)), "ledger": text(row["ledger"]),
+        "repro": repro_command(row),
+    }
