@@ -31,10 +31,12 @@ from __future__ import annotations
 from typing import Iterator
 
 from harness.case import Case
+from harness.routes import op_of
 
 FAMILY = "graph_replan"
 OPS = ("paged_prefill",)
-ROUTES = ("fa2.paged_prefill",)
+# CUDA-graph mode is a plan()/run() wrapper's; the prefix merge needs run(partial_state=).
+REQUIRES = ("plan_run", "graphs")
 
 _BASE = {"dtype": "bf16", "head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2,
          "causal": True, "window_left": -1, "page_size": 16, "max_kv_chunk": 16,
@@ -61,7 +63,7 @@ ROWS = (
 
 def cases(routes) -> Iterator[Case]:
     for route in routes:
-        if route not in ROUTES:
+        if op_of(route) not in OPS:
             continue
         for variant, qo, kv, cap_qo, cap_kv, prefix, lse, expect, words in ROWS:
             params = {**_BASE, "qo_lens": qo, "kv_lens": kv, "return_lse": lse,
@@ -69,4 +71,5 @@ def cases(routes) -> Iterator[Case]:
                       "prefix_tokens": prefix}
             tag = f"bf16-d64-h4x2-p16-r{sum(cap_qo)}to{sum(qo)}"
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect=expect, refuse_words=words, tag=tag)
+                       expect=expect, refuse_words=words, tag=tag,
+                       requires=REQUIRES + (("partial_state",) if prefix else ()))

@@ -89,10 +89,11 @@ def _scenarios(op, base):
     yield ("plan_failed_midway",
            {**long_kv, "scenario": "plan_failed_midway", "replan_max_kv_chunk": 8,
             "workspace_bytes": 1 << 16},
-           "refuse", ("plan()", "failed"))
+           "refuse", ("plan()", "failed"), ("plan_run", "split_control"))
     # Without LSE: aiter's return_lse runs through its own shadow plan, not the main one.
     yield ("plan_rejected_first",
-           {**base, "scenario": "plan_rejected_first", "return_lse": False}, "match", ())
+           {**base, "scenario": "plan_rejected_first", "return_lse": False}, "match", (),
+           ("plan_run",))
 
 
 def cases(routes) -> Iterator[Case]:
@@ -112,7 +113,7 @@ def cases(routes) -> Iterator[Case]:
                 given = "float16" if field == "dtype" else value
                 words = (WORD_BY_OP.get((op, word), word), str(planned(base)), str(given))
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect=expect, refuse_words=words, tag=tag)
-        for variant, params, expect, words in _scenarios(op, base):
+                       expect=expect, refuse_words=words, tag=tag, requires=("plan_run",))
+        for variant, params, expect, words, requires in _scenarios(op, base):
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect=expect, refuse_words=words, tag=tag)
+                       expect=expect, refuse_words=words, tag=tag, requires=requires)

@@ -22,10 +22,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from harness.case import Case
+from harness.routes import op_of
 
 FAMILY = "restaged_indptr"
 OPS = ("batch_decode",)
-ROUTES = ("aiter.batch_decode",)
+REQUIRES = ("plan_run", "restage")
 
 # Seed 002's batch: 8/16/32/64 pages of 16 tokens; 4 x 16 heads x 128 = 8192 outputs.
 SEED_KV = [128, 256, 512, 1024]
@@ -51,10 +52,10 @@ ROWS = (
 
 def cases(routes) -> Iterator[Case]:
     for route in routes:
-        if route not in ROUTES:
+        if op_of(route) not in OPS:
             continue
         for variant, kv, restage, sequence in ROWS:
             params = {**_BASE, "kv_lens": kv, "restage": restage, "sequence": sequence}
             tag = f"bf16-d128-h16x2-p16-kv{max(kv)}"
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect="match", tag=tag)
+                       expect="match", tag=tag, requires=REQUIRES)

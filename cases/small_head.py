@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from harness.case import Case
+from harness.routes import op_of
 
 FAMILY = "small_head"
 OPS = ("batch_decode",)
-ROUTES = ("ll4mi.batch_decode", "fa2.batch_decode")
 
 HEAD_SIZES = (32, 48, 64, 128)
 # None: no window. 15: the last 16 tokens, shorter than every request below.
@@ -38,7 +38,7 @@ _BASE = {"dtype": "bf16", "num_qo_heads": 8, "num_kv_heads": 2, "qo_lens": [1, 1
 
 def cases(routes) -> Iterator[Case]:
     for route in routes:
-        if route not in ROUTES:
+        if op_of(route) not in OPS:
             continue
         for head_size in HEAD_SIZES:
             for window in WINDOWS:

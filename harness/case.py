@@ -36,6 +36,9 @@ class Case:
     refuse_words: tuple[str, ...] = ()
     seed: int | None = None
     tag: str = ""              # short params summary for the id, e.g. "bf16-d128-p16"
+    # Behaviours the case needs of a target beyond its op (harness/capabilities.py
+    # FEATURES: "plan_run", "graphs", ...); a target without one skips the case.
+    requires: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.expect not in EXPECTS:
@@ -44,8 +47,11 @@ class Case:
             raise ValueError(f"Case.route must read '<backend>.<op>', got {self.route!r}")
         object.__setattr__(self, "params", _freeze(dict(self.params)))
         object.__setattr__(self, "refuse_words", tuple(self.refuse_words))
+        object.__setattr__(self, "requires", tuple(self.requires))
         if self.seed is None:
-            digest = hashlib.sha256(self.id.encode()).digest()
+            # From the id without the route's backend: every target (and every backend of
+            # one op) sees the same tensors for the same case, so their rows compare.
+            digest = hashlib.sha256(self.id.split(".", 1)[1].encode()).digest()
             object.__setattr__(self, "seed", int.from_bytes(digest[:4], "little"))
 
     @property
@@ -69,11 +75,13 @@ class Case:
             "route": self.route, "family": self.family, "variant": self.variant,
             "params": self.params, "expect": self.expect,
             "refuse_words": list(self.refuse_words), "seed": self.seed, "tag": self.tag,
+            "requires": list(self.requires),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Case":
-        return cls(**{**data, "refuse_words": tuple(data.get("refuse_words", ()))})
+        return cls(**{**data, "refuse_words": tuple(data.get("refuse_words", ())),
+                      "requires": tuple(data.get("requires", ()))})
 
 
 def dtype_tag(params: Mapping[str, Any]) -> str:

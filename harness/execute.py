@@ -108,6 +108,9 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             error_ratio=summary.error_ratio if summary else None,
             outputs=outputs or {})
 
+    lacking = target.capabilities.lacks(case.op, case.params, case.requires)
+    if lacking is not None:
+        return done(classify(case, skip_reason=f"{target.name} lacks {lacking}"))
     buffers.stage("build inputs")
     problem = build_problem(case.params, case.seed, device)
 

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from harness.capabilities import Capabilities
 from harness.case import Case
 from harness.execute import CaseBug, execute_case
 from harness.reference import attention_reference
@@ -14,6 +15,7 @@ P = {"dtype": "bf16", "head_dim": 8, "num_qo_heads": 4, "num_kv_heads": 2,
 class FakeTarget(Target):
     """Computes the answer with the reference, then misbehaves as its `mode` says."""
     name = "fake"
+    capabilities = Capabilities(ops=frozenset({"single_prefill"}))
 
     def __init__(self, mode):
         self.mode = mode
@@ -157,3 +159,11 @@ def test_adapter_bug_is_not_a_refusal(error):
             raise error("adapter bug")
     with pytest.raises(error):
         execute_case(case(), Buggy("ok"), device="cpu")
+
+
+def test_a_case_needing_what_the_target_lacks_is_skipped_naming_it():
+    c = Case("fa2.single_prefill", "fake", "needs_graphs", P, requires=("graphs",))
+    r = execute_case(c, FakeTarget("ok"), device="cpu")
+    assert (r.outcome, r.passed) == ("skipped", True) and "fake lacks feature graphs" in r.message
+    fp32 = Case("fa2.single_decode", "fake", "other_op", P)
+    assert "lacks op single_decode" in execute_case(fp32, FakeTarget("ok"), device="cpu").message

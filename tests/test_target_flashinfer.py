@@ -222,16 +222,16 @@ def test_make_target_without_a_gpu_names_what_to_install(monkeypatch):
         fi_target.make_target()
 
 
-def test_route_named_families_reach_flashinfer_routes_with_bundled_seeds():
+def test_every_family_reaches_flashinfer_routes_by_op_with_the_bundled_seeds(target):
     from harness.routes import BUNDLED_ROUTES
-    moved = fi_target.family_cases(fi_target.ROUTES_FA2, ["graph_replan", "restaged_indptr"])
-    assert {c.route for c in moved} == {"fi_fa2.paged_prefill", "fi_fa2.batch_decode",
+    moved = target.cases(["graph_replan", "restaged_indptr", "small_head"])
+    assert {c.route for c in moved} >= {"fi_fa2.paged_prefill", "fi_fa2.batch_decode",
                                         "fi_tc.batch_decode"}
-    bundled = {c.id.split("/", 1)[1]: c.seed
-               for c in families.generate(["graph_replan"], routes=BUNDLED_ROUTES)}
+    bundled = {c.id.split(".", 1)[1]: c.seed
+               for c in families.generate(["graph_replan", "restaged_indptr", "small_head"],
+                                          routes=BUNDLED_ROUTES)}
     for case in moved:
-        if case.family == "graph_replan":
-            assert case.seed == bundled[case.id.split("/", 1)[1]]
+        assert case.seed == bundled[case.id.split(".", 1)[1]], case.id
 
 
 def test_scenarios_run_through_the_stand_in(target):

@@ -84,9 +84,9 @@ def test_strided_k_that_torch_computes_right_is_judged_by_its_output(target):
     case = Case("sdpa_math.single_prefill", "t", "k_stride2",
                 {"dtype": "bf16", "head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2,
                  "qo_lens": [5], "kv_lens": [11], "causal": True, "return_lse": True,
-                 "strided": "k"}, expect="refuse")
+                 "strided": "k"}, expect="match_or_refuse")
     result = execute_case(case, target, device="cpu")
-    # A must-refuse input that ran: its output (SDPA's math backend gives no LSE)
-    # is compared, and computing it right still fails the row.
-    assert result.outcome == "match" and not result.passed and result.n_wrong == 0
+    # A strided view has a defined answer: SDPA's math backend computes it right (its
+    # output is compared; the math backend gives no LSE), and that passes.
+    assert result.outcome == "match" and result.passed and result.n_wrong == 0
     assert result.n_total == 5 * 4 * 64

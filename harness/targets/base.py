@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
+from harness.capabilities import Capabilities
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from harness.case import Case
@@ -18,12 +20,30 @@ class Skip(Exception):
 
 
 class Target:
+    """A library under test: one adapter module plus one line in targets/__init__.py.
+
+    It declares its routes ("<backend>.<op>") and capabilities; the families'
+    cases reach it by op, and a case needing what it lacks is skipped with the
+    capability named (harness/capabilities.py).
+    """
     name: str = "?"
     routes: tuple[str, ...] = ()
+    capabilities: Capabilities = Capabilities(ops=frozenset())
     # A target whose own contract the cases are (the bundled library): a valid
     # input it refuses, or a refusal that does not name the field, fails the
     # run. For any other library those are findings that fail only with --strict.
     owns_contract: bool = False
+
+    def cases(self, families=None) -> list:
+        """The families' cases on this target's routes (a target may add its own)."""
+        import cases as families_pkg
+        return families_pkg.generate(families, routes=self.routes)
+
+    def validate_options(self, disable_guards: str | None = None) -> None:
+        """Refuse options this target cannot honour (ValueError naming the option)."""
+        if disable_guards:
+            raise ValueError(f"--disable-guards: target {self.name!r} has no guards to disable "
+                             f"(got {disable_guards!r})")
 
     def version(self) -> str:
         """Version string recorded on every row."""

@@ -54,7 +54,8 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.routes import BUNDLED_ROUTES
+from harness.capabilities import FEATURES, Capabilities
+from harness.routes import BUNDLED_ROUTES, OPS as ALL_OPS
 from harness.targets.base import Skip, Target
 from harness.targets.bundled_layout import Views, build_paged, to_layout
 from harness.targets.bundled_merge import merge_state
@@ -363,6 +364,18 @@ class BundledTarget(Target):
     name = "bundled"
     owns_contract = True
     routes = BUNDLED_ROUTES
+    capabilities = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES)
+
+    def validate_options(self, disable_guards: str | None = None) -> None:
+        """--disable-guards names guards the library has (or `all`)."""
+        if not disable_guards:
+            return
+        from kernels.guards import NAMES
+        names = {n.strip() for n in disable_guards.split(",") if n.strip()}
+        unknown = sorted(names - set(NAMES) - {"all"})
+        if unknown:
+            raise ValueError(f"--disable-guards: unknown guard(s) {unknown}; known: all, "
+                             f"{', '.join(sorted(NAMES))}")
 
     def version(self) -> str:
         return _kernels().__version__

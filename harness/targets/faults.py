@@ -24,6 +24,7 @@ import signal
 import time
 from pathlib import Path
 
+from harness.capabilities import FEATURES, Capabilities
 from harness.case import Case
 from harness.targets.base import Target
 
@@ -83,6 +84,10 @@ class FaultsTarget(Target):
     name = "faults"
     owns_contract = True
     routes = ROUTES
+    capabilities = Capabilities(ops=frozenset({"single_prefill"}), features=FEATURES)
+
+    def validate_options(self, disable_guards=None) -> None:
+        """Test-only: any guard names pass through to the workers' environment."""
 
     def version(self) -> str:
         return "0"

@@ -41,6 +41,7 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.capabilities import Capabilities
 from harness.targets.base import Skip, Target
 from harness.targets.bundled import PREPARE, Call, run_batch
 from harness.targets.bundled_layout import to_layout
@@ -176,52 +177,12 @@ OPS = {
 
 # ------------------------------------------------------------------ the target
 
-# The bundled routes whose cases each FlashInfer route runs, in order; a case id
-# already taken (the same variant on an earlier alias) is not repeated. Cases keep
-# the bundled case's seed, so both targets see the same tensors.
-ALIASES = {
-    "fi_fa2.single_prefill": ("fa2.single_prefill",),
-    "fi_fa3.single_prefill": ("fa2.single_prefill",),
-    "fi_fa2.single_decode": ("fa2.single_decode",),
-    "fi_tc.single_decode": ("fa2.single_decode",),
-    "fi_fa2.paged_prefill": ("fa2.paged_prefill",),
-    "fi_fa3.paged_prefill": ("fa2.paged_prefill",),
-    "fi_fa2.ragged_prefill": ("fa2.ragged_prefill",),
-    "fi_fa3.ragged_prefill": ("fa2.ragged_prefill",),
-    "fi_fa2.batch_decode": ("fa2.batch_decode", "aiter.batch_decode", "ll4mi.batch_decode"),
-    "fi_tc.batch_decode": ("fa2_tc.batch_decode", "aiter.batch_decode", "ll4mi.batch_decode"),
-    "fi.merge_state": ("fa2.merge_state",),
-}
-
-
-def family_cases(routes, families=None) -> list:
-    """The families' cases on FlashInfer's routes.
-
-    Some families name the bundled routes they apply to (graph_replan,
-    restaged_indptr, small_head); generating on the bundled aliases and
-    re-routing lets every family reach the FlashInfer route that has the
-    same op and an analogue of the behaviour.
-    """
-    from dataclasses import replace
-
-    import cases as families_pkg
-    from harness.routes import BUNDLED_ROUTES
-    by_route: dict = {}
-    for case in families_pkg.generate(families, routes=BUNDLED_ROUTES):
-        by_route.setdefault(case.route, []).append(case)
-    out, seen = [], set()
-    for route in routes:
-        for alias in ALIASES.get(route, ()):
-            for case in by_route.get(alias, ()):
-                moved = replace(case, route=route)
-                if moved.id not in seen:
-                    seen.add(moved.id)
-                    out.append(moved)
-    return out
-
-
 class FlashInferTarget(Target):
     name = "flashinfer"
+    # plan()/run() wrappers with CUDA-graph caller buffers, fp16/bf16 only; its planner
+    # picks its own KV split and its paged run() merges no partial state.
+    capabilities = Capabilities(ops=frozenset(OPS), dtypes=frozenset({"fp16", "bf16"}),
+                                features=frozenset({"plan_run", "graphs", "restage"}))
 
     def __init__(self, fi, device: torch.device, routes: tuple[str, ...]):
         self.fi = fi
@@ -239,15 +200,10 @@ class FlashInferTarget(Target):
             return "cpu"
         return "amd" if getattr(torch.version, "hip", None) else "nvidia"
 
-    def cases(self, families=None) -> list:
-        return family_cases(self.routes, families)
-
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
         if case.route not in self.routes:
             raise Skip(f"flashinfer has no route {case.route!r} here (routes: "
                        f"{', '.join(self.routes)})")
-        if problem.dtype_name == "fp32":
-            raise Skip("FlashInfer's attention kernels take fp16/bf16 (or fp8) inputs, not fp32")
         c = FiCall(case, problem, buffers, self.fi)
         if c.params.get("scenario"):
             from harness.targets.flashinfer_scenarios import run_scenario

@@ -46,6 +46,7 @@ from typing import Callable, Mapping
 import torch
 import torch.nn.functional as F
 
+from harness.capabilities import Capabilities
 from harness.targets.base import Skip, Target
 from harness.targets.bundled_layout import Views, to_layout
 
@@ -222,6 +223,8 @@ class SdpaTarget(Target):
     backends: tuple[str, ...] = ("sdpa_math",)
     probe_notes: dict = field(default_factory=dict)
     name: str = "torch-sdpa"
+    # No out= buffer, no plan(): the LSE comes from each backend's own op where it has one.
+    capabilities = Capabilities(ops=frozenset(OPS), call_forms=frozenset({"lse"}))
 
     @property
     def routes(self) -> tuple[str, ...]:
