@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -25,7 +25,7 @@ from harness.builders import Buffers
 from harness.case import Case
 from harness.classify import Verdict, classify, crash_verdict
 from harness.compare import compare, missing, summarize
-from harness.problem import build_problem
+from harness.problem import build_problem, normalize
 from harness.reference import NoReference, attention_baseline, attention_reference
 from harness.tolerance import lse_tolerance, output_tolerance
 from harness.targets.base import Skip, Target
@@ -108,6 +108,7 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             error_ratio=summary.error_ratio if summary else None,
             outputs=outputs or {})
 
+    normalize(case.params)       # a malformed case is a harness error, never a skip
     lacking = target.capabilities.lacks(case.op, case.params, case.requires)
     if lacking is not None:
         return done(classify(case, skip_reason=f"{target.name} lacks {lacking}"))
@@ -152,20 +153,28 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             raise CaseBug(f"{case.id}: ran without error but has no reference ({why}); "
                           f"a case the reference cannot define must expect 'refuse'") from why
         baseline = attention_baseline(problem)
-    comparisons = judge(result, expected, baseline, problem)
+    not_returned = result.pop("not_returned", {})
+    comparisons = judge(result, expected, baseline, problem, skip=set(not_returned))
     # A must-refuse case that ran is `silent` whatever its values; they still go on the row.
     summary = summarize(comparisons)
-    return done(classify(case, comparisons=comparisons), summary, outputs=outputs)
+    verdict = classify(case, comparisons=comparisons)
+    if not_returned:
+        note = "; ".join(f"{name} not compared: {why}" for name, why in not_returned.items())
+        verdict = replace(verdict, message=f"{verdict.message}; {note}" if verdict.message
+                          else note)
+    return done(verdict, summary, outputs=outputs)
 
 
-def judge(result: dict, expected: dict, baseline: dict | None, problem) -> list:
-    """(name, Comparison) for o, and for lse when the case asks for it.
+def judge(result: dict, expected: dict, baseline: dict | None, problem,
+          skip: set = frozenset()) -> list:
+    """(name, Comparison) for o, and for lse when the case asks for it (and the adapter
+    did not declare it cannot return it: `skip`, which the row then names).
 
     o is judged against the tolerance model's bound from the baseline;
     lse by its own natural-log tolerance (harness/tolerance.py).
     """
     names = ["o"]
-    if problem.return_lse and "lse" in expected:
+    if problem.return_lse and "lse" in expected and "lse" not in skip:
         names.append("lse")
     comparisons = []
     for name in names:
