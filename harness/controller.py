@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import isolation, table
-from harness.plugin import ROW_KEY, Run, case_id_of, case_row
+from harness import isolation, row as rows, table
+from harness.classify import Verdict, harness_error_verdict
+from harness.session import ROW_KEY, Run, case_id_of
 
 
 class XdistHooks:
@@ -105,8 +106,13 @@ class Controller:
 def _keep_attempt(run: Run, report) -> None:
     row = next((v for k, v in report.user_properties if k == ROW_KEY), None)
     if row is None:
+        # The attempt left no row: its worker died or hung in it (xdist's made-up
+        # report), or the case raised in the harness.
         death = getattr(report, "harness_death", None)
-        outcome = "crash" if death is not None or report.when == "???" else "harness_error"
+        if death is not None:
+            outcome = "hang" if death.kind == "hang" else "crash"
+        else:
+            outcome = "crash" if report.when == "???" else "harness_error"
         row = {"outcome": outcome, "pass": False, "max_abs_diff": None}
     run.prior_attempts.setdefault(report.nodeid, []).append(dict(row))
 
@@ -117,12 +123,12 @@ def _harness_error_row(run: Run, report, phase: str, what: str) -> None:
     if case is None:
         return
     if report.outcome == "skipped":
-        row = case_row(case, outcome="skipped", **{"pass": True},
-                       message=_longrepr(report)[:500], **_any_context(run))
+        row = rows.from_verdict(case, Verdict("skipped", True, _longrepr(report)[:500]),
+                                **_any_context(run))
     else:
         # A bug in the harness or an adapter: never counted as the library's crash.
-        row = case_row(case, outcome="harness_error", **{"pass": False}, error_type=phase,
-                       message=f"{what}: " + _longrepr(report)[-500:], **_any_context(run))
+        verdict = harness_error_verdict(f"{what}: " + _longrepr(report)[-500:])
+        row = rows.from_verdict(case, verdict, error_type=phase, **_any_context(run))
     _finish_row(run, report, row)
 
 
@@ -135,17 +141,9 @@ def _reruns(run: Run, report) -> int:
 
 
 def _finish_row(run: Run, report, row: dict) -> None:
-    from harness.attempts import combine_rows
-    from harness.classify import severity
-
-    row["run_id"] = run.run_id
-    row["reruns"] = _reruns(run, report)
-    prior = run.prior_attempts.pop(report.nodeid, [])
-    if prior:
-        row = combine_rows(prior, row)
-    row["severity"] = severity(row.get("outcome", ""), bool(row.get("pass")))
-    row.setdefault("isolation", "")
-    row["worker"] = getattr(report, "worker_id", None) or row.get("worker") or run.worker
+    worker = getattr(report, "worker_id", None) or row.get("worker") or run.worker
+    row = rows.finish(row, run_id=run.run_id, reruns=_reruns(run, report),
+                      prior=run.prior_attempts.pop(report.nodeid, []), worker=worker)
     write_row(run, report.nodeid, row)
 
 
@@ -178,9 +176,7 @@ def _crash_row(run: Run, report) -> None:
     else:
         verdict = classify.crash_verdict(case, death.cause, stage)
     context = death.context or _any_context(run)
-    row = case_row(case, outcome=verdict.outcome, **{"pass": bool(verdict.passed)},
-                   message=verdict.message, error_type=death.cause, stage=stage,
-                   duration_s=None, **context)
+    row = rows.from_death(case, verdict, death, stage, context)
     row["worker"] = worker
     recent_ids = death.recent if death.case_id == case.id else []
     by_id = run.cases_by_id()

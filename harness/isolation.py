@@ -16,14 +16,14 @@ import faulthandler
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
+
+from harness.classify import signal_text
 
 STAGES = ("build inputs", "plan", "run", "compare")
 RECENT = 8                 # case ids a worker remembers for culprit replay
@@ -180,13 +180,6 @@ def read_state(state_dir: str | os.PathLike, worker: str) -> dict:
         return {}
 
 
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 def parse_fault_text(text: str) -> tuple[str, str] | None:
     """(kind, cause) from a faulthandler dump, or None when it holds nothing fatal."""
     m = _TIMEOUT_RE.search(text)
@@ -218,7 +211,7 @@ def diagnose(state_dir: str | os.PathLike, worker: str, exitcode: int | None) ->
     if parsed:
         return Death(parsed[0], parsed[1], **common)
     if exitcode is not None and exitcode < 0:
-        return Death("crash", signal_name(-exitcode), **common)
+        return Death("crash", signal_text(exitcode), **common)
     if exitcode == RETIRE_EXIT:
         return Death("retired", "worker retired itself", **common)
     if exitcode:
@@ -268,7 +261,7 @@ def replay(cases: list, target: str, timeout_s: float, cases_file_dir: str | Non
         if parsed:
             return parsed
         if proc.returncode < 0:
-            return "crash", signal_name(-proc.returncode)
+            return "crash", signal_text(proc.returncode)
         return "crash", f"exit code {proc.returncode}"
 
 

@@ -12,22 +12,20 @@ makes up for a worker that died mid-case. Hook order on the controller
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import tempfile
-import threading
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from harness import isolation, table
+from harness.row import case_row  # noqa: F401  (re-exported: the repro path builds rows too)
+from harness.session import (ROW_KEY, RUN, Run, case_id_of, csv_list,  # noqa: F401
+                             get_run, resolve_repeat, select_cases)
 
-ROW_KEY = "harness_row"
 DEFAULT_TARGET = "bundled"
 
 
@@ -57,120 +55,8 @@ def pytest_addoption(parser):
 
 # ------------------------------------------------------------------ selection
 
-def csv_list(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
-
-
-def select_cases(target_name: str, families=None, routes=None, case_id=None,
-                 cases_file=None) -> list:
-    """The cases a run covers, in generation order (deterministic everywhere)."""
-    from harness.case import Case
-    from harness.targets import load_target
-
-    if cases_file:
-        cases = [Case.from_json(d) for d in json.loads(Path(cases_file).read_text())]
-    else:
-        target = load_target(target_name)
-        own = getattr(target, "cases", None)
-        if callable(own):
-            cases = list(own(families))
-        else:
-            import cases as families_pkg
-            cases = families_pkg.generate(families, routes=target.routes)
-    if routes:
-        available = {c.route for c in cases}
-        unknown = set(routes) - available
-        if unknown:
-            raise pytest.UsageError(f"--route: no cases on {sorted(unknown)}; "
-                                    f"routes with cases: {sorted(available) or 'none'}")
-        cases = [c for c in cases if c.route in routes]
-    if case_id:
-        cases = [c for c in cases if case_id in c.id]
-    return cases
-
-
-def case_id_of(nodeid: str) -> str:
-    """The case id inside a test node id: `...::test_case[<case id>]`."""
-    name = nodeid.rsplit("::", 1)[-1]
-    return name[name.index("[") + 1:-1] if "[" in name and name.endswith("]") else name
-
-
-# ------------------------------------------------------------------ run state
-
-@dataclass
-class Run:
-    """Per-session state, kept on config.stash (no globals)."""
-    config: Any
-    is_worker: bool
-    worker: str = "main"
-    run_id: str = ""
-    results: Path | None = None
-    default_results: bool = False
-    state_dir: str = ""
-    done_ids: frozenset = frozenset()
-    _cases: list | None = None
-    _target: Any = None
-    context: dict | None = None
-    state: isolation.WorkerState | None = None
-    retire_reason: str | None = None
-    # controller
-    written: set = field(default_factory=set)
-    retire_bumps: dict = field(default_factory=dict)
-    prior_attempts: dict = field(default_factory=dict)   # nodeid -> earlier attempts' rows
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    replays: Any = None        # controller.ReplayQueue
-    failed_rows: int = 0
-
-    def opt(self, name):
-        return self.config.getoption(name)
-
-    def cases(self) -> list:
-        if self._cases is None:
-            self._cases = select_cases(self.opt("target"), csv_list(self.opt("family")),
-                                       csv_list(self.opt("route")), self.opt("case_id"),
-                                       self.opt("cases_file"))
-        return self._cases
-
-    def cases_by_id(self) -> dict:
-        return {c.id: c for c in self.cases()}
-
-    def target(self):
-        if self._target is None:
-            from harness.targets import load_target
-            self._target = load_target(self.opt("target"))
-        return self._target
-
-    def timeout_for(self, case) -> float:
-        return isolation.case_timeout(dict(case.params), self.opt("case_timeout")) * self.repeat()
-
-    def repeat(self) -> int:
-        return resolve_repeat(self.opt("repeat"))
-
-
-def resolve_repeat(value: int | None) -> int:
-    """--repeat, defaulting by platform: a GPU's races show between repeats; the host's
-    kernels are deterministic loops, so one run is the default there."""
-    if value is not None:
-        if value < 1:
-            raise pytest.UsageError(f"--repeat: must be 1 or more, got {value}")
-        return value
-    import torch
-    return 2 if torch.cuda.is_available() else 1
-
-
-RUN = pytest.StashKey[Run]()
-
-
-def get_run(config) -> Run:
-    return config.stash[RUN]
-
-
 def _new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def default_results_path(target: str = DEFAULT_TARGET, selection: str = "",
@@ -315,36 +201,6 @@ def _safe(fn) -> str:
         return str(fn())
     except Exception as e:
         return f"unknown ({type(e).__name__}: {e})"
-
-
-def case_row(case, result=None, **extra) -> dict:
-    """A row's case-derived fields, plus a CaseResult's fields when given."""
-    row = {
-        "route": case.route, "family": case.family, "case_id": case.id,
-        "params": json.dumps(dict(case.params), sort_keys=True), "expect": case.expect,
-        "timestamp": _now(),
-    }
-    if result is not None:
-        row.update(outcome=result.outcome, **{"pass": bool(result.passed)},
-                   max_abs_diff=result.max_abs_diff, n_wrong=result.n_wrong,
-                   n_total=result.n_total, first_bad_index=_jsonable(result.first_bad_index),
-                   message=result.message or "", error_type=result.error_type or "",
-                   stage=result.stage or "", duration_s=result.duration_s,
-                   tolerance=result.tolerance, baseline_error=result.baseline_error,
-                   rel_error=result.rel_error, error_ratio=result.error_ratio)
-    row.update(extra)
-    if "outcome" in row:
-        from harness.classify import severity
-        row["severity"] = severity(row["outcome"], bool(row.get("pass")))
-    return row
-
-
-def _jsonable(v):
-    if v is None or isinstance(v, (int, float, str, bool)):
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    return str(v)
 
 
 def run_case(request, case) -> dict:

@@ -11,41 +11,21 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from harness.classify import OUTCOMES  # noqa: F401  (one outcome list, re-exported)
 from harness.failure_classes import OUTCOME_ORDER
+from harness.table import COLUMNS, load_table
 
-OUTCOMES = ("match", "refused", "wrong", "silent", "corrupt", "crash", "hang",
-            "unexpected_refusal", "nondeterministic", "harness_error", "skipped")
 # Worst first: the order a failing cell or table sorts by.
 SEVERITY = {name: rank for rank, name in enumerate(OUTCOME_ORDER)}
 
-COLUMNS = ("run_id", "timestamp", "arch", "platform", "target", "target_version",
-           "library_commit", "build_hash", "route", "family", "case_id", "params",
-           "expect", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
-           "first_bad_index", "message", "error_type", "stage", "duration_s",
-           "reruns", "flaky", "isolation", "worker")
-# Optional columns a run may record; read when present.
-OPTIONAL = ("disable_guards", "ledger", "case_json", "severity", "attempts", "rel_error",
-            "tolerance", "error_ratio", "repeat", "profile")
+# Columns a report reads that the table does not always carry: the ledger's reason,
+# a shrunk case's file, and columns older tables lack.
+OPTIONAL = ("ledger", "case_json", "profile", "flaky")
 
 
 def load_results(paths: Iterable[str]) -> pd.DataFrame:
-    """Tables from JSON lines (or CSV) files, through harness.table when it is there."""
-    paths = [str(p) for p in paths]
-    try:
-        from harness.table import load_table
-    except ImportError:
-        load_table = None
-    if load_table is not None:
-        return prepare(load_table(paths))
-    frames = []
-    for path in paths:
-        if path.endswith(".csv"):
-            frames.append(pd.read_csv(path))
-        else:
-            with open(path) as f:
-                rows = [json.loads(line) for line in f if line.strip()]
-            frames.append(pd.DataFrame(rows))
-    return prepare(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+    """Tables from JSON lines files (harness/table.py reads and checks them)."""
+    return prepare(load_table([str(p) for p in paths]))
 
 
 def _as_bool(value: Any) -> bool:
