@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from harness.params import check as check_params
+
 EXPECTS = ("match", "refuse", "match_or_refuse")
 
 # Which outcomes each expectation accepts.
@@ -30,7 +32,7 @@ class Case:
     route: str                 # "<backend>.<op>", e.g. "fa2.paged_prefill"
     family: str                # case family module name, e.g. "strided"
     variant: str               # what this case varies, e.g. "q_stride2"
-    params: Mapping[str, Any]  # plain JSON-able values; see harness/problem.py for keys
+    params: Mapping[str, Any]  # plain JSON-able values; every key is in harness/params.py
     expect: str = "match"
     # Words a refusal message must contain (the field name, usually).
     refuse_words: tuple[str, ...] = ()
@@ -46,6 +48,7 @@ class Case:
         if "." not in self.route:
             raise ValueError(f"Case.route must read '<backend>.<op>', got {self.route!r}")
         object.__setattr__(self, "params", _freeze(dict(self.params)))
+        check_params(self.params)
         object.__setattr__(self, "refuse_words", tuple(self.refuse_words))
         object.__setattr__(self, "requires", tuple(self.requires))
         if self.seed is None:

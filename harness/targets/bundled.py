@@ -17,33 +17,8 @@ Maps each route onto the library's FlashInfer-shaped API:
 
 merge_state and mixed_batch live in bundled_merge.py and bundled_mixed.py.
 
-Adapter-only params (harness/problem.py passes them through untouched):
-
-  layout          "NHD" (default) | "HND": the KV layout of caches and dense k/v
-  page_size       tokens per page (default 16)
-  cache_form      "tuple" (default): (k_cache, v_cache) | "single": one [pages, 2, ...] tensor
-  page_order      "shuffled" (default) | "sequential": page ids handed out in that order
-  page_id_offset  first page id used (pages below it exist, hold NaN, are never referenced);
-                  65536 puts every page id past 16 bits
-  max_kv_chunk    plan(max_kv_chunk=): split KV ranges longer than this (split-KV + merge)
-  use_cuda_graph  construct the wrapper in CUDA-graph mode with caller-owned index buffers
-  workspace_bytes size of the plan workspace (default 32 MiB)
-  partial_state   paged prefill only: pass run(partial_state=(v, s)) holding an empty state
-                  (v = 0, s = -inf), so the merge it triggers must leave the answer unchanged
-  merge           merge_state only: "out_of_place" (merge_state) | "in_place"
-  num_decodes     mixed_batch only: the first num_decodes requests are decodes (qo_len 1)
-  strided         the one tensor to pass as an adversarial view: a float tensor by its
-                  argument name ("q", "k", "v", "k_cache", "v_cache", "kv_cache", "out",
-                  "lse", "partial_state_v", "partial_state_s", merge's "v_a", "s_b", ...) gets
-                  stride(-1) == 2 with NaN in the skipped slots;
-                  "q_heads" is a head-sliced q (rows strided, last dim packed); an index
-                  tensor ("qo_indptr", "kv_indptr", "kv_indices", "last_page_len",
-                  "query_start_loc", "seq_lens", "block_table") is made non-contiguous
-                  along dim 0 (every other element of a poisoned buffer)
-  index_dtype     {index tensor name: "int32" | "int64"}; unnamed ones are int32
-  mismatch        {"field": ..., "value": ...}: plan() gets the problem, run() gets tensors
-                  that disagree with it in that one field (see bundled_mismatch.py)
-  scenario        a named multi-call script (see bundled_scenarios.py)
+Params (layout, page_size, cache_form, strided, mismatch, scenario, ...) are
+declared once, with their meaning, in harness/params.py.
 
 A case naming a tensor the route never passes is skipped, not silently ignored.
 """
