@@ -121,6 +121,6 @@ def test_every_param_key_is_declared_and_a_typo_fails_where_it_is_written():
     with pytest.raises(ValueError, match="'page_sise'.*unknown key"):
         Case("fa2.paged_prefill", "t", "typo", {"head_dim": 8, "num_qo_heads": 1,
                                                "qo_lens": [1], "kv_lens": [1], "page_sise": 16})
-    with pytest.raises(ValueError, match="'causal' = 1: must be bool"):
+    with pytest.raises(ValueError, match=r"'causal'\] = 1: must be bool"):
         Case("fa2.single_prefill", "t", "type", {"head_dim": 8, "num_qo_heads": 1,
                                                 "qo_lens": [1], "kv_lens": [1], "causal": 1})
