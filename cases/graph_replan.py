@@ -22,7 +22,7 @@ Contracts:
     than the first plan fixed: there is nowhere to put them (a replay past
     the capacity), so `refuse`, naming the field.
 
-Scenario: params["scenario"] = "graph_replan" (harness/targets/bundled_replan.py);
+Scenario: params["scenario"] = "graph_replan" (harness/targets/plan_run/replan_scenarios.py);
 params["capacity"] is the first plan's batch. On the host the graph mode is
 the same fixed-buffer semantics without capture.
 """

@@ -1,7 +1,7 @@
 """misplanned: run() tensors that disagree with plan(), and plans that fail (seed 002).
 
 plan() gets the problem as described; run() gets tensors that disagree with
-it in one field (harness/targets/bundled_mismatch.py lists them). Each must
+it in one field (harness/targets/plan_run/mismatch.py lists them). Each must
 be refused with a ValueError naming the field. Before the fix these ran
 silently (reading past q, a truncated head loop) or killed the process.
 
@@ -16,7 +16,7 @@ is the API's promise (CUDA-graph callers pad; a rejected batch must not
 cost the caller its previous plan), and a library that refuses them fails on
 capability, not correctness.
 
-Scenarios (params["scenario"], harness/targets/bundled_scenarios.py):
+Scenarios (params["scenario"], harness/targets/plan_run/scenarios.py):
   plan_failed_midway     plan() for the problem, then a second plan() that
                          fails after it began updating the wrapper (its split
                          schedule does not fit the workspace); run() must refuse.

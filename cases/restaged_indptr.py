@@ -15,7 +15,7 @@ three restaged; two back-to-back plans from the caller's reused tensors
 followed by a restage (the second plan's batch must run); a return_lse run
 between two plans (the re-plan must drop the first shadow plan).
 
-Scenario: params["scenario"] = "restaged" (harness/targets/bundled_replan.py).
+Scenario: params["scenario"] = "restaged" (harness/targets/plan_run/replan_scenarios.py).
 """
 from __future__ import annotations
 

@@ -17,14 +17,12 @@ which keeps the same API. Routes, each a separate backend:
                            single_prefill(return_lse=True), then merge_state or
                            merge_state_in_place
 
-The families' params map as in the bundled adapter (harness/targets/bundled.py
-documents them): layout, page_size, cache_form, page_order, page_id_offset,
-strided, index_dtype, mismatch, use_cuda_graph (the wrapper's caller-owned
-index buffers), workspace_bytes, merge. What FlashInfer has no analogue for
-is skipped with the reason: fp32 inputs, run(partial_state=), the bundled
-library's scenarios that script its own internals. max_kv_chunk is the
-bundled planner's split size; FlashInfer's plan() picks its own split
-schedule, so it is not passed (the case still checks the answer).
+The batch routes and the multi-call scenarios are the neutral core's
+(harness/targets/plan_run/); params are harness/params.py's. What FlashInfer
+has no analogue for is a capability it lacks (the case is skipped naming
+it): fp32 inputs, run(partial_state=), a caller-set KV split (max_kv_chunk:
+its plan() picks its own split schedule, so it is not passed and the case
+still checks the answer).
 
 LSE: FlashInfer returns log2-based LSE (its kernels use exp2); rows report
 the natural log, so every LSE it returns is multiplied by ln 2. merge_state
@@ -42,10 +40,11 @@ from typing import Any, Mapping
 import torch
 
 from harness.capabilities import Capabilities
+from harness.targets import plan_run
 from harness.targets.base import Skip, Target
-from harness.targets.bundled import PREPARE, Call, run_batch
-from harness.targets.bundled_layout import to_layout
-from harness.targets.bundled_merge import check_splits, merged
+from harness.targets.layout import to_layout
+from harness.targets.plan_run.call import Call
+from harness.targets.plan_run.merge import check_splits, merged
 
 LN2 = math.log(2.0)
 WORKSPACE_BYTES = 128 << 20     # FlashInfer's recommended float workspace
@@ -64,8 +63,9 @@ INSTALL_HINT = ("the flashinfer target needs FlashInfer's Python package and a G
 
 
 class FiCall(Call):
-    """The bundled adapter's per-case plumbing (and its batch routes), with FlashInfer's
+    """The neutral core's per-case plumbing (and its batch routes), with FlashInfer's
     module, backends, workspace and LSE base."""
+    has_partial_state = False
 
     def __init__(self, case, problem, buffers, fi):
         super().__init__(case, problem, buffers)
@@ -167,12 +167,14 @@ def merge_state(c: FiCall) -> dict:
     return merged(c, halves)
 
 
-OPS = {
+# FlashInfer's own calls where they differ from the core's (no out=, base-2 LSE halves).
+OWN_ROUTES = {
     "single_prefill": single_prefill,
     "single_decode": single_decode,
-    **{op: run_batch for op in PREPARE},
     "merge_state": merge_state,
 }
+OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill", "batch_decode",
+       "merge_state")
 
 
 # ------------------------------------------------------------------ the target
@@ -204,11 +206,7 @@ class FlashInferTarget(Target):
         if case.route not in self.routes:
             raise Skip(f"flashinfer has no route {case.route!r} here (routes: "
                        f"{', '.join(self.routes)})")
-        c = FiCall(case, problem, buffers, self.fi)
-        if c.params.get("scenario"):
-            from harness.targets.flashinfer_scenarios import run_scenario
-            return run_scenario(c)
-        return OPS[case.op](c)
+        return plan_run.run(FiCall(case, problem, buffers, self.fi), OWN_ROUTES)
 
 
 def routes_for_device(device: torch.device) -> tuple[str, ...]:

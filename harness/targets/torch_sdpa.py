@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from harness.capabilities import Capabilities
 from harness.targets.base import Skip, Target
-from harness.targets.bundled_layout import Views, to_layout
+from harness.targets.layout import Views, to_layout
 
 BACKENDS = {
     "sdpa_math": "MATH",

@@ -1,9 +1,8 @@
 """The graph_replan and restaged scripts' calls, shared by every target that has them.
 
-harness/targets/bundled_replan.py defines both scenarios; each target builds
-its own wrapper (and decides what it skips), then hands it here. `c` is the
-bundled adapter's Call or a subclass of it: these functions touch only its
-problem, params, buffers, views and result().
+harness/targets/plan_run/replan_scenarios.py defines both scenarios and
+builds the wrapper through the target's Call, then hands it here. These
+functions touch only the Call's problem, params, buffers, views and result().
 
 graph_replan: a capacity plan (index buffers sized by params["capacity"],
 pages cycling through the pool, never run against), a re-plan for the

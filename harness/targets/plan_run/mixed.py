@@ -6,7 +6,7 @@ the prefills after them by query_start_loc.
 from __future__ import annotations
 
 from harness.targets.base import Skip
-from harness.targets.bundled_layout import block_table, build_paged
+from harness.targets.layout import block_table, build_paged
 
 
 def mixed_batch(c) -> dict:

@@ -1,10 +1,10 @@
 """Multi-call scripts of the graph_replan and restaged_indptr families (seed 002).
 
-Each scenario is fn(call) -> outputs, with `call` the bundled adapter's Call
-(harness/targets/bundled.py): the problem is the batch whose answer is
+Each scenario is fn(call) -> outputs, with `call` a target's Call
+(harness/targets/plan_run/call.py): the problem is the batch whose answer is
 compared; the scenario performs the plans, restages and runs around it.
 
-graph_replan (fa2.paged_prefill): a CUDA-graph-mode wrapper whose caller-owned
+graph_replan (any paged prefill route): a CUDA-graph-mode wrapper whose caller-owned
 index buffers are sized for a first plan (params["capacity"]: its qo_lens and
 kv_lens), re-planned for the problem. With params["prefix_tokens"] = P, each
 request's first P kv tokens are not in the paged cache: their attention state
@@ -16,11 +16,15 @@ that runs over the capacity writes canaries (`corrupt`) instead of memory
 the process does not own. The partial state is the live rows of a
 capacity-sized buffer, as a graph caller holds it; its other rows are NaN,
 so what a merge past the live rows writes is never a canary's own bits.
+  A library without run(partial_state=) (Call.has_partial_state False) keeps
+the whole KV paged; its cases about the merge itself need that feature and
+are skipped by capability before they get here.
 
-restaged_indptr (aiter.batch_decode): the caller plans from its own index
+restaged_indptr (any batch-decode route): the caller plans from its own index
 tensors (indptr and last_page_len on the CPU), then rewrites them in place
-with its next batch before the first return_lse=True run, which builds the
-lazy fa2 shadow plan. The next batch holds the same pages regrouped: page
+with its next batch before the first return_lse=True run (on the aiter route,
+the run that builds the lazy fa2 shadow plan; on any route, a plan() that
+kept the caller's tensor instead of its own copy reads the next batch). The next batch holds the same pages regrouped: page
 counts reversed (seed 002: 8/16/32/64 pages restaged as 64/32/16/8),
 indices reversed, last_page_len reversed. params["restage"] names the
 tensors rewritten; params["sequence"] the order of calls:
@@ -39,15 +43,9 @@ from dataclasses import replace
 import torch
 
 from harness.reference import attention_reference
-from harness.targets import replan
 from harness.targets.base import Skip
-from harness.targets.bundled_layout import build_paged
-
-
-def _kernels():
-    import kernels
-    return kernels
-
+from harness.targets.layout import build_paged
+from harness.targets.plan_run import replan
 
 # ------------------------------------------------------------------ graph_replan
 
@@ -84,15 +82,16 @@ def graph_replan(c) -> dict:
     if p.window_left >= 0:
         raise Skip("graph_replan splits KV into a prefix state and a paged tail; a window would not split")
     page_size = int(c.params.get("page_size", 16))
-    prefix = int(c.params.get("prefix_tokens", 0))
+    prefix = int(c.params.get("prefix_tokens", 0)) if c.has_partial_state else 0
     head, tail = _split_prefix(p, prefix)
     paged = build_paged(tail, page_size, "NHD", "shuffled", 0, c.case.seed)
     cap = replan.capacity(c, paged.k_pages.shape[0])
-    wrapper = _kernels().BatchPrefillWithPagedKVCacheWrapper(
-        c.workspace(), kv_layout="NHD", use_cuda_graph=True, **cap.graph_buffers(c.device))
+    wrapper = c.lib.BatchPrefillWithPagedKVCacheWrapper(
+        c.workspace(), kv_layout="NHD", use_cuda_graph=True, **c.prefill_backend(),
+        **cap.graph_buffers(c.device))
     dims = dict(head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
-                max_kv_chunk=c.params.get("max_kv_chunk"))
+                **c.plan_extra())
     q, cache, out, lse = replan.graph_io(c, paged, cap)
     kw = {"partial_state": _prefix_state(c, head, cap.rows)} if prefix > 0 else {}
     return replan.replan_and_run(c, wrapper, cap, paged, dims, q, cache, out, lse, **kw)
@@ -102,19 +101,15 @@ def graph_replan(c) -> dict:
 
 def restaged(c) -> dict:
     p = c.problem
-    if c.case.backend != "aiter":
-        raise Skip("restaged index tensors matter to the aiter route's lazy shadow plan")
+    if c.case.op != "batch_decode":
+        raise Skip("restaged index tensors script a batch-decode wrapper")
     if any(n != 1 for n in p.qo_lens):
         raise Skip("batch decode takes one query token per request")
     if not p.return_lse:
         raise Skip("the restaged tensors matter to the return_lse run's shadow plan")
     paged = build_paged(p, int(c.params.get("page_size", 16)), "NHD",
                         c.params.get("page_order", "shuffled"), 0, c.case.seed)
-    return replan.restaged(
-        c, paged,
-        lambda: _kernels().BatchDecodeWithPagedKVCacheWrapper(c.workspace(), kv_layout="NHD",
-                                                              backend="aiter"),
-        max_kv_chunk=c.params.get("max_kv_chunk"))
+    return replan.restaged(c, paged, c.decode_wrapper, **c.plan_extra())
 
 
 SCENARIOS = {

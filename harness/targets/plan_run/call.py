@@ -1,0 +1,109 @@
+"""One case's calls on a FlashInfer-shaped library: the problem, its buffers, its views.
+
+Call holds what every route needs (the problem laid out as the case asks,
+canary-guarded outputs, the case's adversarial views) and names, as methods,
+what a library differs in: its module, its backends, its plan() extras, its
+LSE base. A target subclasses it (harness/targets/bundled.py, flashinfer.py).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from harness.targets.layout import Views
+from harness.targets.plan_run.mismatch import short_rows
+
+WORKSPACE_BYTES = 32 << 20
+
+
+class Call:
+    """One case's calls: the problem, its buffers, and the views the case asks for."""
+
+    def __init__(self, case, problem, buffers):
+        self.case, self.problem, self.buffers = case, problem, buffers
+        self.params: Mapping[str, Any] = case.params
+        self.views = Views(case.params, buffers)
+        self.device = problem.device
+        self.layout = self.params.get("layout", "NHD")
+        self.mismatch = self.params.get("mismatch")
+
+    @property
+    def sm_scale(self):
+        # None exercises the library's own default; the reference uses 1/sqrt(head_dim).
+        return self.params.get("sm_scale")
+
+    def out(self, rows: int, name: str = "out"):
+        p = self.problem
+        per_row = p.num_qo_heads * p.head_dim_vo
+        return self.views.output(name, (rows, p.num_qo_heads, p.head_dim_vo), p.dtype,
+                                 512 + short_rows(self) * per_row)
+
+    def lse(self, rows: int, name: str = "lse"):
+        if not self.problem.return_lse:
+            return None
+        return self.views.output(name, (rows, self.problem.num_qo_heads), torch.float32,
+                                 512 + short_rows(self) * self.problem.num_qo_heads)
+
+    def workspace(self) -> torch.Tensor:
+        n = int(self.params.get("workspace_bytes", WORKSPACE_BYTES))
+        return torch.empty(n, dtype=torch.uint8, device=self.device)
+
+    # What a target's library differs in: each target's Call subclass says.
+    has_partial_state = True     # paged run() takes partial_state=(v, s) to merge into
+
+    @property
+    def lib(self):
+        """The module whose functions and wrappers the routes call."""
+        raise NotImplementedError
+
+    def prefill_backend(self) -> dict:
+        """Extra constructor keywords of the prefill wrappers."""
+        return {}
+
+    def decode_backend(self) -> tuple[str, bool]:
+        """The batch-decode wrapper's (backend, use_tensor_cores)."""
+        raise NotImplementedError
+
+    def plan_extra(self) -> dict:
+        """Extra plan() keywords of the batch wrappers (the split control, where it has one)."""
+        return {"max_kv_chunk": self.params.get("max_kv_chunk")}
+
+    def decode_wrapper(self, **buffers):
+        """The batch-decode wrapper this case's route names."""
+        backend, tensor_cores = self.decode_backend()
+        return self.lib.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace(), kv_layout=self.layout,
+            use_cuda_graph=bool(self.params.get("use_cuda_graph")),
+            use_tensor_cores=tensor_cores, backend=backend, **buffers)
+
+    def partial_state(self, rows: int):
+        """An empty attention state (v = 0, s = -inf) for run(partial_state=): merging it is
+        a no-op. None where the case asks for none."""
+        if not self.params.get("partial_state"):
+            return None
+        p = self.problem
+        v = torch.zeros(rows, p.num_qo_heads, p.head_dim_vo, dtype=p.dtype, device=self.device)
+        s = torch.full((rows, p.num_qo_heads), float("-inf"), dtype=torch.float32,
+                       device=self.device)
+        return self.views.input("partial_state_v", v), self.views.input("partial_state_s", s)
+
+    def ready(self, stage: str) -> None:
+        """Everything the case names must be in place before the library sees it."""
+        self.views.check_used()
+        self.buffers.stage(stage)
+
+    def result(self, out, lse, rows: int | None = None) -> dict:
+        """The first `rows` rows; rows a short run never produced read NaN."""
+        rows = out.shape[0] if rows is None else rows
+        res = {"o": _rows(out, rows)}
+        if self.problem.return_lse:
+            res["lse"] = _rows(lse, rows)
+        return res
+
+
+def _rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    if t.shape[0] >= rows:
+        return t[:rows]
+    pad = torch.full((rows - t.shape[0], *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
+    return torch.cat([t, pad])
