@@ -120,11 +120,13 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
         out.add("")
         multi = len(names) > 1
         header = ["route", "case"] + (["arch"] if multi else []) + [
-            "outcome", "max \\|diff\\|", "wrong/total", "message", "repro"]
+            "outcome", "severity", "isolation", "max \\|diff\\|", "wrong/total", "message",
+            "repro"]
         out.table("Failures", header, [
             [_cell(r["route"]), _code(r["case_id"])] + ([_cell(r["arch"])] if multi else [])
-            + [f"**{_cell(r['outcome'])}**", fmt_diff(r["max_abs_diff"]), fmt_wrong(r),
-               _cell(r["message"]), _code(repro_command(r))]
+            + [f"**{_cell(r['outcome'])}**", _cell(r["severity"]), _cell(r["isolation"]),
+               fmt_diff(r["max_abs_diff"]), fmt_wrong(r), _cell(r["message"]),
+               _code(repro_command(r))]
             for _, r in failing.iterrows()], share=0.4)
 
     out.add("### Route × outcome")
