@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._call_forms import forms
 from harness.case import Case
 from harness.routes import op_of
 
@@ -52,6 +53,6 @@ def cases(routes) -> Iterator[Case]:
                 "return_lse": op not in ("mixed_batch",), **PROBLEMS[op]}
         for hq, hkv, variant, expect, words in HEADS:
             params = {**base, "num_qo_heads": hq, "num_kv_heads": hkv}
-            tag = f"{params['dtype']}-d128-h{hq}x{hkv}"
-            yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect=expect, refuse_words=words, tag=tag)
+            for form, tag in forms(params, f"{params['dtype']}-d128-h{hq}x{hkv}"):
+                yield Case(route=route, family=FAMILY, variant=variant, params=form,
+                           expect=expect, refuse_words=words, tag=tag)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._call_forms import forms
 from harness.case import Case
 from harness.routes import op_of
 
@@ -112,8 +113,11 @@ def cases(routes) -> Iterator[Case]:
             if expect == "refuse":
                 given = "float16" if field == "dtype" else value
                 words = (WORD_BY_OP.get((op, word), word), str(planned(base)), str(given))
-            yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect=expect, refuse_words=words, tag=tag, requires=("plan_run",))
+            for form, form_tag in forms(params, tag):
+                yield Case(route=route, family=FAMILY, variant=variant, params=form,
+                           expect=expect, refuse_words=words, tag=form_tag,
+                           requires=("plan_run",))
         for variant, params, expect, words, requires in _scenarios(op, base):
-            yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect=expect, refuse_words=words, tag=tag, requires=requires)
+            for form, form_tag in forms(params, tag):
+                yield Case(route=route, family=FAMILY, variant=variant, params=form,
+                           expect=expect, refuse_words=words, tag=form_tag, requires=requires)

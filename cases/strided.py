@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._call_forms import forms
 from harness.case import Case
 from harness.routes import op_of
 
@@ -111,11 +112,20 @@ def _cases_for(op: str):
         yield f"{name}_int64", {**base, "index_dtype": {name: "int64"}}, "match_or_refuse", (name,)
 
 
+# Strided outputs need the caller's buffers; every other view is crossed with the
+# call forms (cases/_call_forms.py).
+CALLER_BUFFERS = {"out", "lse", "partial_state_v", "partial_state_s", "v", "s", "v_other"}
+
+
 def cases(routes) -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
         if op not in PROBLEMS:
             continue
         for variant, params, expect, words in _cases_for(op):
-            yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect=expect, refuse_words=words, tag=_tag(params))
+            tensor = params.get("strided")
+            crossed = op != "merge_state" and tensor not in CALLER_BUFFERS
+            for form, tag in (forms(params, _tag(params)) if crossed else
+                              [(params, _tag(params))]):
+                yield Case(route=route, family=FAMILY, variant=variant, params=form,
+                           expect=expect, refuse_words=words, tag=tag)

@@ -50,6 +50,8 @@ SCHEMA: dict[str, Param] = {
     "partial_state": Param(_BOOL, "paged run(partial_state=) with an empty prior state"),
     "merge": Param(_STR, "merge_state: out_of_place | in_place"),
     "num_decodes": Param(_INT, "mixed_batch: the first num_decodes requests are decodes"),
+    "out_form": Param(_STR, "given: the caller hands out= and lse= | library: the library "
+                            "allocates and returns them"),
     # ---- adversarial perturbations
     "strided": Param(_STR, "the one tensor passed as an adversarial view (stride(-1) == 2, NaN in "
                            "the skipped slots; q_heads: head-sliced; an index tensor: every other)"),

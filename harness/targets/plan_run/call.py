@@ -33,17 +33,34 @@ class Call:
         # None exercises the library's own default; the reference uses 1/sqrt(head_dim).
         return self.params.get("sm_scale")
 
+    @property
+    def caller_outputs(self) -> bool:
+        """Whether the caller hands out= and lse= (params["out_form"] "given", the default)
+        or lets the library allocate and return them ("library")."""
+        return self.params.get("out_form", "given") == "given"
+
     def out(self, rows: int, name: str = "out"):
+        if not self.caller_outputs:
+            return None
         p = self.problem
         per_row = p.num_qo_heads * p.head_dim_vo
         return self.views.output(name, (rows, p.num_qo_heads, p.head_dim_vo), p.dtype,
                                  512 + short_rows(self) * per_row)
 
     def lse(self, rows: int, name: str = "lse"):
-        if not self.problem.return_lse:
+        if not self.problem.return_lse or not self.caller_outputs:
             return None
         return self.views.output(name, (rows, self.problem.num_qo_heads), torch.float32,
                                  512 + short_rows(self) * self.problem.num_qo_heads)
+
+    def outputs(self, returned, out, lse):
+        """What the caller reads: the buffers it handed over, else what the call returned."""
+        if out is not None:
+            return out, lse
+        if self.problem.return_lse:
+            got_out, got_lse = returned
+            return got_out, (lse if lse is not None else got_lse)
+        return returned, None
 
     def workspace(self) -> torch.Tensor:
         n = int(self.params.get("workspace_bytes", WORKSPACE_BYTES))

@@ -180,5 +180,5 @@ def restaged(c, paged, make_wrapper, **plan_kw) -> dict:
     for name, t in caller.items():
         c.buffers.watch(t, name)
     c.buffers.stage("run")
-    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse)
-    return c.result(out, lse, rows)
+    returned = wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse)
+    return c.result(*c.outputs(returned, out, lse), rows)

@@ -36,10 +36,10 @@ def single_prefill(c: Call) -> dict:
     v = c.views.input("v", to_layout(p.v[0], c.layout))
     out, lse = c.out(p.qo_lens[0]), c.lse(p.qo_lens[0])
     c.ready("run")
-    k_.single_prefill_with_kv_cache(
+    returned = k_.single_prefill_with_kv_cache(
         q, k, v, causal=p.causal, kv_layout=c.layout, window_left=p.window_left,
         sm_scale=c.sm_scale, return_lse=p.return_lse, out=out, lse=lse)
-    return c.result(out, lse)
+    return c.result(*c.outputs(returned, out, lse))
 
 
 def single_decode(c: Call) -> dict:
@@ -49,12 +49,15 @@ def single_decode(c: Call) -> dict:
     q = c.views.input("q", p.q[0][0].contiguous())
     k = c.views.input("k", to_layout(p.k[0], c.layout))
     v = c.views.input("v", to_layout(p.v[0], c.layout))
-    out = c.views.output("out", (p.num_qo_heads, p.head_dim_vo), p.dtype)
-    lse = c.views.output("lse", (p.num_qo_heads,), torch.float32) if p.return_lse else None
+    out = lse = None
+    if c.caller_outputs:
+        out = c.views.output("out", (p.num_qo_heads, p.head_dim_vo), p.dtype)
+        lse = c.views.output("lse", (p.num_qo_heads,), torch.float32) if p.return_lse else None
     c.ready("run")
-    k_.single_decode_with_kv_cache(
+    returned = k_.single_decode_with_kv_cache(
         q, k, v, kv_layout=c.layout, window_left=p.window_left, sm_scale=c.sm_scale,
         return_lse=p.return_lse, use_tensor_cores=False, out=out, lse=lse)
+    out, lse = c.outputs(returned, out, lse)
     res = {"o": out.unsqueeze(0)}
     if p.return_lse:
         res["lse"] = lse.unsqueeze(0)
@@ -121,16 +124,18 @@ class Prepared:
     def plan(self, **override) -> None:
         self.wrapper.plan(**{**self.plan_kw, **override})
 
-    def run(self) -> None:
-        self.wrapper.run(*self.run_args, **self.run_kw)
+    def run(self):
+        return self.wrapper.run(*self.run_args, **self.run_kw)
+
+    def result(self, c: Call, returned) -> dict:
+        return c.result(*c.outputs(returned, self.out, self.lse), self.rows)
 
 
 def plan_and_run(c: Call, prep: Prepared) -> dict:
     c.ready("plan")
     prep.plan()
     c.buffers.stage("run")
-    prep.run()
-    return c.result(prep.out, prep.lse, prep.rows)
+    return prep.result(c, prep.run())
 
 
 def _dims(c: Call) -> dict:

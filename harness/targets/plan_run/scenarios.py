@@ -59,5 +59,4 @@ def run_scenario(c) -> dict:
     prep.plan()
     SCENARIOS[name](c, prep)
     c.buffers.stage("run")
-    prep.run()
-    return c.result(prep.out, prep.lse, prep.rows)
+    return prep.result(c, prep.run())
