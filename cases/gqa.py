@@ -6,7 +6,8 @@ size of 0 (an integer division by it is SIGFPE on the host); 0 kv heads has
 no group at all. None of the three has a defined answer (`refuse`: anything
 that runs is silent); each must be refused with a catchable exception naming
 the head counts and their values as words. 7 over 1 (a group of 7, not a
-power of two) and 5 over 5 (plain MHA with an odd count) must match.
+power of two) and 5 over 5 (plain MHA with an odd count) must match, and so
+must 8 over 2 and 6 over 3, where h // group and h % num_kv_heads disagree.
 """
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ HEADS = (
     (8, 0, "kv0", "refuse", ("num_kv_heads", "0")),
     (7, 1, "q7_over_kv1", "match", ()),
     (5, 5, "q5_over_kv5", "match", ()),
+    # Controls that tell q head h -> kv head h // group from h % num_kv_heads (the two
+    # agree on 7 over 1 and 5 over 5, so those alone cannot catch a wrong mapping).
+    (8, 2, "q8_over_kv2", "match", ()),
+    (6, 3, "q6_over_kv3", "match", ()),
 )
 
 # One problem per op; head_dim 128 keeps ll4mi on its own kernel (not the fa2 fallback).

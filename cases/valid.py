@@ -286,6 +286,38 @@ def _mixed_batch():
                               _mask_tag(True, window))
 
 
+# ---------------------------------------------------------------- sweeps, every op
+
+# Group sizes 1..16 over 2 kv heads: q head h reads kv head h // g, which no other
+# mapping (h % 2, h * 2 // Hq with a rounding slip) matches for every g.
+GROUP_SIZES = tuple(range(1, 17))
+# Head sizes a route's selector may switch on (the ll4mi kernel's minimum is 64; 192
+# and 256 are where tile shapes change) and odd ones. The common sizes must match;
+# the others a library may legitimately not serve.
+COMMON_HEAD_DIMS = (32, 64, 128, 256)
+SWEEP_HEAD_DIMS = (16, 48, 64, 80, 96, 192, 256)
+_SWEEP_SHAPE = {
+    "single_prefill": dict(qo_lens=[5], kv_lens=[23], causal=True),
+    "single_decode": dict(qo_lens=[1], kv_lens=[29], causal=False),
+    "paged_prefill": dict(qo_lens=[3, 4], kv_lens=[19, 30], causal=True),
+    "ragged_prefill": dict(qo_lens=[3, 4], kv_lens=[19, 30], causal=True),
+    "batch_decode": dict(qo_lens=[1, 1, 1], kv_lens=[17, 40, 9], causal=False),
+    "merge_state": dict(qo_lens=[3], kv_lens=[20], causal=False),
+    "mixed_batch": dict(qo_lens=[1, 4], kv_lens=[12, 20], causal=True, num_decodes=1),
+}
+
+
+def sweeps(op: str):
+    """(variant, params, tag, expect): group sizes and head sizes on one op."""
+    shape = dict(_SWEEP_SHAPE[op], window_left=-1, return_lse=op != "mixed_batch")
+    for g in GROUP_SIZES:
+        p = _base("bf16", 64, (2 * g, 2), **shape)
+        yield f"group{g}", p, _tag(p), "match"
+    for d in SWEEP_HEAD_DIMS:
+        p = _base("fp16", d, (4, 2), **shape)
+        yield f"head_dim{d}", p, _tag(p), "match" if d in COMMON_HEAD_DIMS else "match_or_refuse"
+
+
 _BY_OP = {
     "single_prefill": _single_prefill,
     "single_decode": _single_decode,
@@ -305,3 +337,6 @@ def cases(routes) -> Iterator[Case]:
         for variant, params, tag in _BY_OP[op]():
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match", tag=tag)
+        for variant, params, tag, expect in sweeps(op):
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect=expect, tag=tag)
