@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 TARGET ?= bundled
 
-.PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps
+.PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps bench
 
 ARCH = $$($(PY) -c 'from harness.platform_info import arch; print(arch())')
 
@@ -19,11 +19,30 @@ $(VENV)/.ready: requirements.txt pyproject.toml
 	  printf '#!/bin/sh\nexec %s "$$@"\n' "$$($(PYTHON) -c 'import sys; print(sys.executable)')" > $(PY); \
 	  chmod +x $(PY); \
 	else \
-	  $(PYTHON) -m venv $(VENV) && $(VENV)/bin/pip install -q torch==2.13.0; \
+	  echo "setup: virtual environment $(VENV) (about 5 s)"; \
+	  $(PYTHON) -m venv $(VENV) && \
+	  echo "setup: torch 2.13.0, CPU build (about 40 s the first time)" && \
+	  $(VENV)/bin/pip install -q torch==2.13.0; \
 	fi
 	@# A GPU machine may have no index to reach: keep what its interpreter already has.
 	@$(PY) -c "import numpy, pandas, pytest, xdist, pytest_rerunfailures, jinja2" 2>/dev/null || \
-	  $(PY) -m pip install -q -r requirements.txt
+	  { echo "setup: pinned dependencies from requirements.txt (about 20 s)" && \
+	    $(PY) -m pip install -q -r requirements.txt; }
+	@# Editable, so the `harness` command runs this checkout from any folder; --no-deps keeps
+	@# the pins above (and a GPU machine's own torch). The build backend in the environment
+	@# is used first, so no index is needed for it.
+	@echo "setup: this checkout, editable, with the harness command (a few seconds)"
+	@if [ -f $(VENV)/pyvenv.cfg ]; then \
+	  $(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>/dev/null || \
+	    $(PY) -m pip install -q --no-deps -e .; \
+	else \
+	  $(PY) -m pip install -q --no-deps --no-build-isolation -e . || \
+	    echo "setup: the editable install failed; $(VENV)/bin/harness runs this checkout anyway"; \
+	  printf '#!/bin/sh\nPYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}" exec "%s" -m harness "$$@"\n' \
+	    "$(CURDIR)" "$(abspath $(PY))" > $(VENV)/bin/harness; \
+	  chmod +x $(VENV)/bin/harness; \
+	fi
+	@echo "setup: done; run \`$(VENV)/bin/harness list\` (or \`harness\` with $(VENV)/bin on PATH)"
 	@touch $@
 
 build: setup
@@ -43,6 +62,11 @@ browser-deps:
 
 test: setup browser-deps
 	$(PY) -m pytest tests -n auto -q $(ARGS)
+
+# Speed figures as one table, also written to results/bench/; never fails on a number.
+# Quick by default (BENCH_QUICK=1, a few minutes on two cores); ARGS=--full for the whole matrix.
+bench: setup
+	$(PY) -m benchmarks.bench $(ARGS)
 
 amd-build-check: setup
 	$(PY) -m kernels.build --platform amd --arch gfx90a,gfx940,gfx942,gfx950 --compile-only

@@ -1,4 +1,8 @@
-"""`python -m harness list | check | repro | report | compare | bisect | shrink`.
+"""`harness list | check | repro | report | compare | bisect | shrink`.
+
+`harness` is the console script `make setup` installs (the same as
+`python -m harness`); it runs this checkout from any folder and resolves
+every path option and the results folder against the current folder.
 
 `check` runs the same pytest session as `pytest cases/ -n auto` (in a child
 process, so the plugin's controller owns the run exactly as it does under
@@ -13,8 +17,11 @@ Exit codes (stable: bisect and CI read them):
           harness rows always gate; capability and clarity rows gate for a
           target that owns its contract (the bundled library) and, for any
           other target, only with --strict.
-  repro   0 pass, 1 fail, 2 bad option, 4 unknown case id, 5 library build failure
+  repro   0 pass, 1 fail (a crash or hang in its child process included), 2 bad
+          option, 4 unknown case id, 5 library build failure
   list    0, 2 bad option, or 4 when the selection is empty
+  any     2 a usage error (one line on stderr: what, which option or file, what
+          to do), 130 interrupted, 141 stdout closed early (`harness list | head`)
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import argparse
 import difflib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNKNOWN_CASE, EXIT_BUILD = 0, 1, 2, 4, 5
+EXIT_INTERRUPTED, EXIT_PIPE = 130, 141   # the shell's codes for SIGINT and SIGPIPE
 
 
 def input_errors() -> tuple:
@@ -39,12 +48,33 @@ def input_errors() -> tuple:
     return (ValueError, OSError, pytest.UsageError)
 
 
+def selection_errors() -> tuple:
+    """input_errors(), plus a target whose library is missing or cannot run here
+    (the flashinfer target without FlashInfer or a GPU): its message says what to install."""
+    return (RuntimeError, ImportError, *input_errors())
+
+
+def absolute_path(text: str) -> str:
+    """argparse type for paths a child process reads from another folder."""
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def child_env() -> dict:
+    """The environment of a child `python -m ...`: this checkout first on the path, so
+    it runs the same code from any folder, installed or not."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="bundled", help="library under test [bundled]")
     p.add_argument("--family", default=None, help="families, comma-separated [all]")
     p.add_argument("--route", default=None, help="routes, comma-separated [all]")
     p.add_argument("--case-id", default=None, help="only ids containing this substring")
-    p.add_argument("--cases-file", default=None, help="a JSON list of cases instead of families")
+    p.add_argument("--cases-file", default=None, type=absolute_path,
+                   help="a JSON list of cases instead of families")
 
 
 def positive_seconds(text: str) -> float:
@@ -82,7 +112,7 @@ def _select(args):
 def cmd_list(args) -> int:
     try:
         cases = _select(args)
-    except input_errors() as why:
+    except selection_errors() as why:
         print(f"list: {why}", file=sys.stderr)
         return EXIT_USAGE
     for case in cases:
@@ -152,28 +182,23 @@ def before_after_table(df, failing_only: bool = True, max_message: int = 120) ->
     return "\n".join(lines) + "\n"
 
 
-def summary_text(df, wall_s: float | None = None, max_failures: int = 200) -> str:
+def summary_text(df, wall_s: float | None = None, max_classes: int = 60) -> str:
+    """What `check` prints once, at the end: the failure classes (worst first, each
+    once, a message printed once: harness/failure_classes.py), the route x outcome
+    counts, then one line of totals. Each row's own numbers are in its message
+    already, so nothing here repeats them."""
     import pandas as pd
 
+    from harness.failure_classes import classes_text, failure_classes
+
     out = []
+    failing = df[~df["pass"].astype(bool)] if len(df) else df
+    classes = failure_classes(df) if len(failing) else []
+    if classes:
+        out.append(classes_text(classes, max_classes=max_classes) + "\n")
     if len(df):
         counts = pd.crosstab(df["route"], df["outcome"], margins=True, margins_name="total")
         out.append(counts.to_string())
-    failing = df[~df["pass"].astype(bool)] if len(df) else df
-    if len(failing):
-        out.append(f"\n{len(failing)} failing row(s):")
-        for _, row in failing.head(max_failures).iterrows():
-            bits = [str(row["outcome"])]
-            if _fmt_diff(row.get("max_abs_diff")):
-                bits.append(f"max|diff| {_fmt_diff(row.get('max_abs_diff'))}")
-            if _fmt_wrong(row):
-                bits.append(f"wrong {_fmt_wrong(row)}")
-            if row.get("isolation"):
-                bits.append(str(row["isolation"]))
-            msg = str(row.get("message") or "")[:200]
-            out.append(f"  {row['case_id']}: {', '.join(bits)}" + (f": {msg}" if msg else ""))
-        if len(failing) > max_failures:
-            out.append(f"  ... and {len(failing) - max_failures} more")
     tail = f"\n{len(df)} cases, {len(failing)} failing"
     if len(failing):
         by = failing["severity"].fillna("").replace("", "unrated").value_counts()
@@ -190,6 +215,208 @@ def gating(df, target_owns_contract: bool, strict: bool):
     if strict or target_owns_contract:
         return df[failing]
     return df[failing & df["severity"].isin(["correctness", "harness", ""])]
+
+
+# ------------------------------------------------------------------ check: the child pytest
+
+POLL_S = 2.0          # how often the table is read for progress
+LOG_TAIL = 25         # lines of pytest's own output shown when pytest itself fails
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """Rows done out of the run's total, read from the table the child pytest appends to.
+
+    Rows stamped before the run started are an earlier run's (the child replaces that
+    table when it starts); with --resume the rows already there count as done. On a
+    terminal the line is redrawn every POLL_S; elsewhere (CI logs) a line is printed
+    every 10 s, so a short run prints none.
+    """
+
+    def __init__(self, path: Path, total: int, done_before=(), stream=None,
+                 interval: float | None = None):
+        from datetime import datetime, timezone
+        self.path, self.total, self.before = Path(path), total, set(done_before)
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = _isatty(self.stream)
+        self.interval = interval if interval is not None else (POLL_S if self.tty else 10.0)
+        self.since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.started = self.last_shown = time.monotonic()
+        self.first_row_at: float | None = None
+        self.offset, self.ids, self.failing, self.drawn = 0, set(), 0, False
+        self.inode: int | None = None
+
+    @property
+    def done(self) -> int:
+        return len(self.before | self.ids)
+
+    def poll(self) -> None:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return
+        size = stat.st_size
+        if size < self.offset or stat.st_ino != self.inode:  # replaced since the last read
+            self.offset, self.ids, self.failing, self.inode = 0, set(), 0, stat.st_ino
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read(size - self.offset)
+        complete = chunk.rfind(b"\n") + 1   # a line still being written waits
+        self.offset += complete
+        for line in chunk[:complete].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(row, dict) or str(row.get("timestamp") or "") < self.since \
+                    or row.get("case_id") in self.ids:
+                continue
+            self.ids.add(row.get("case_id"))
+            self.failing += not row.get("pass")
+            if self.first_row_at is None:
+                self.first_row_at = time.monotonic()
+
+    def line(self) -> str:
+        now = time.monotonic()
+        text = (f"check: {self.done}/{self.total} rows, {self.failing} failing, "
+                f"{_clock(now - self.started)} elapsed")
+        left = self.total - self.done
+        # The rate from rows seen over a few seconds: workers start slowly, then finish
+        # cases in bursts.
+        if left > 0 and len(self.ids) >= 3 and now - (self.first_row_at or now) >= 2 * POLL_S:
+            per_row = (now - self.first_row_at) / (len(self.ids) - 1)
+            text += f", about {_clock(per_row * left)} left"
+        return text
+
+    def tick(self) -> None:
+        self.poll()
+        if time.monotonic() - self.last_shown < self.interval:
+            return
+        self.last_shown = time.monotonic()
+        if self.tty:
+            self.stream.write("\r" + self.line() + "\x1b[K")
+            self.drawn = True
+        else:
+            self.stream.write(self.line() + "\n")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.drawn = False
+
+
+def resume_command(argv) -> str:
+    """The command that continues an interrupted check: the same one, with --resume."""
+    import shlex
+    argv = list(argv)
+    if "--resume" not in argv:
+        cut = argv.index("--") if "--" in argv else len(argv)
+        argv[cut:cut] = ["--resume"]
+    return shlex.join(["harness", *argv])
+
+
+def _wait(proc: subprocess.Popen, progress: Progress | None) -> int:
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            if progress is not None:
+                progress.tick()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End the child pytest after Ctrl-C. From a terminal it has the SIGINT too and
+    writes what is pending; one that has not (a signal sent to this process alone)
+    gets it now; one that lingers, or a second Ctrl-C, is terminated, then killed."""
+    for sig, wait in ((None, 5.0), (signal.SIGINT, 15.0), (signal.SIGTERM, 5.0),
+                      (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            return
+        if sig is not None:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=wait)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            continue
+
+
+def run_check_child(cmd: list[str], args, results: Path, expected: set) -> int | None:
+    """Run the child pytest and return its exit code; None when Ctrl-C stopped it, after
+    one line saying how many rows are kept and how to continue.
+
+    pytest's own console (dots, its FAILURES section, which repeats each row's message,
+    a KeyboardInterrupt traceback, plugin warnings) goes to a log file instead: every
+    row is in the table and the summary says it once. The log's end is shown when
+    pytest itself fails. With pytest options after `--`, pytest's console is shown.
+    """
+    import tempfile
+    from harness import table
+
+    try:
+        before = table.done_case_ids(results) & expected if args.resume else set()
+    except (OSError, ValueError):
+        before = set()   # the child says what is wrong with the table
+    progress = Progress(results, len(expected), before)
+    log = None if args.pytest_args else tempfile.NamedTemporaryFile(
+        prefix="harness-check-", suffix=".log", delete=False)
+    print(f"check: {len(expected)} cases on {args.target}"
+          + (f" ({len(before)} done already)" if before else "")
+          + f"; rows go to {results}", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log,
+                            stderr=None if log is None else subprocess.STDOUT)
+    try:
+        rc = _wait(proc, None if log is None else progress)
+    except KeyboardInterrupt:
+        _stop(proc)
+        progress.poll()
+        progress.clear()
+        print(f"check: interrupted; {progress.done} of {progress.total} rows kept in "
+              f"{results}; continue with: {resume_command(getattr(args, 'argv', sys.argv[1:]))}",
+              file=sys.stderr)
+        if log is not None:
+            log.close()
+            os.unlink(log.name)
+        return None
+    progress.clear()
+    if log is not None:
+        log.close()
+        if rc in (0, 1) and results.exists():
+            os.unlink(log.name)
+        else:
+            lines = Path(log.name).read_text(errors="replace").splitlines()[-LOG_TAIL:]
+            print(f"check: pytest exited {rc}; the end of its output (all of it: {log.name}):",
+                  file=sys.stderr)
+            for line in lines:
+                print("  " + line, file=sys.stderr)
+    return rc
+
+
+def results_folder_error(results: Path) -> str | None:
+    """Why the table cannot be written there, as one line; None when it can. Asked before
+    the run: the child would otherwise stop at its first row with pytest's INTERNALERROR."""
+    try:
+        results.parent.mkdir(parents=True, exist_ok=True)
+        if os.access(results.parent, os.W_OK):
+            return None
+        why = "the folder is not writable"
+    except OSError as e:
+        why = e.strerror or str(e)
+    return (f"cannot write the results table {results} ({why}); choose another --results "
+            f"or --results-dir")
 
 
 def cmd_check(args) -> int:
@@ -212,10 +439,14 @@ def cmd_check(args) -> int:
         print(f"check: no cases selected (--target {args.target}, --family {args.family or 'all'}, "
               f"--route {args.route or 'all'}, --case-id {args.case_id or 'any'})", file=sys.stderr)
         return EXIT_USAGE
+    unwritable = results_folder_error(results)
+    if unwritable:
+        print(f"check: {unwritable}", file=sys.stderr)
+        return EXIT_USAGE
     start = time.perf_counter()
-    env = dict(os.environ)
-    env.setdefault("PYTHONPATH", str(ROOT))
-    rc = subprocess.call(cmd, cwd=ROOT, env=env)
+    rc = run_check_child(cmd, args, results, expected)
+    if rc is None:  # Ctrl-C: what is kept and how to go on are said already
+        return EXIT_USAGE
     wall = time.perf_counter() - start
     if not results.exists():
         print(f"check: no results table at {results} (pytest exit {rc})", file=sys.stderr)
@@ -225,11 +456,12 @@ def cmd_check(args) -> int:
         table.copy_latest(results, args.target, str(df["arch"].iloc[-1]))
     from harness.ledger import apply_ledger_per_arch
     df, ledger_errors = apply_ledger_per_arch(df, args.ledger)
-    print()
-    print(summary_text(df, wall))
     if args.disable_guards:
+        # Before the summary, so the summary stays the last thing on the console.
         print(f"\nWith guards disabled ({args.disable_guards}):\n")
         print(before_after_table(df))
+    print()
+    print(summary_text(df, wall))
     for err in ledger_errors:
         print(f"ledger: {err}", file=sys.stderr)
     print(f"results: {results}" + (f" (partial run: {selection}; the full table is untouched)"
@@ -260,9 +492,7 @@ def _render(results: Path, html: str | None, markdown: str | None) -> None:
         cmd += ["--out", html]
     if markdown:
         cmd += ["--markdown", markdown]
-    env = dict(os.environ)
-    env.setdefault("PYTHONPATH", str(ROOT))
-    if subprocess.call(cmd, env=env) != 0:
+    if subprocess.call(cmd, env=child_env()) != 0:
         print(f"check: the report of {results} could not be rendered", file=sys.stderr)
 
 
@@ -285,10 +515,17 @@ def _is_build_error(error: BaseException) -> bool:
     return any(t.__name__ == "BuildError" for t in type(error).__mro__)
 
 
+REPRO_WORKER = "repro"   # the name of the child's breadcrumbs (harness/isolation.py)
+
+
 def cmd_repro(args) -> int:
+    """One case in a child process (its crash or hang becomes a row, as in `check`),
+    or, with --in-process, here (for a debugger)."""
+    if not args.in_process:
+        return repro_isolated(args)
     import faulthandler
 
-    if not faulthandler.is_enabled():
+    if not args.state_dir and not faulthandler.is_enabled():
         try:  # a crash in the case still prints where it happened
             faulthandler.enable()
         except (OSError, ValueError, AttributeError):
@@ -310,7 +547,7 @@ def cmd_repro(args) -> int:
         if _is_build_error(e):
             print(f"repro: library build failed: {e}", file=sys.stderr)
             return EXIT_BUILD
-        if isinstance(e, input_errors()):
+        if isinstance(e, selection_errors()):
             print(f"repro: {e}", file=sys.stderr)
             return EXIT_USAGE
         raise
@@ -327,23 +564,116 @@ def cmd_repro(args) -> int:
     from harness.execute import execute_case
     from harness.plugin import case_row
 
+    extra = {"target": target.name, "disable_guards": os.environ.get("KERNELS_DISABLE_GUARDS", "")}
+    stages = [lambda s: print(f"stage: {s}", file=sys.stderr, flush=True)] if args.verbose else []
+    state = None
+    if args.state_dir:
+        # Breadcrumbs for the parent: the case, then each stage; faulthandler's dump of
+        # a fatal signal or of the timeout goes to a file beside them (isolation.py).
+        from harness import isolation
+        state = isolation.WorkerState(args.state_dir, REPRO_WORKER)
+        (Path(args.state_dir) / "case.json").write_text(json.dumps(case.to_json()))
+        state.set_context(extra)
+        stages.append(state.stage)
+        state.begin(case.id, isolation.case_timeout(dict(case.params), args.case_timeout))
     try:
         result = execute_case(case, target, on_stage=(
-            (lambda s: print(f"stage: {s}", file=sys.stderr, flush=True)) if args.verbose else None))
+            (lambda s: [f(s) for f in stages]) if stages else None))
     except Exception as e:
         if _is_build_error(e):
             print(f"repro: library build failed: {e}", file=sys.stderr)
             return EXIT_BUILD
         raise
-    row = case_row(case, result, target=target.name,
-                   disable_guards=os.environ.get("KERNELS_DISABLE_GUARDS", ""))
-    if args.json:
-        print(json.dumps(row, allow_nan=True, default=str))
-    else:
-        width = max(len(k) for k in row)
-        for key, value in row.items():
-            print(f"{key:<{width}}  {value}")
+    finally:  # an exception is the harness's, with its traceback: never a crash row
+        if state is not None:
+            state.end(case.id)
+    row = case_row(case, result, **extra)
+    print_row(row, args.json)
     return EXIT_PASS if row["pass"] else EXIT_FAIL
+
+
+def print_row(row: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(row, allow_nan=True, default=str))
+        return
+    width = max(len(k) for k in row)
+    for key, value in row.items():
+        print(f"{key:<{width}}  {value}")
+
+
+def repro_argv(args) -> list[str]:
+    """repro's own arguments, for the child that runs the case."""
+    argv = ["repro", args.case_id, "--target", args.target]
+    for opt in ("disable_guards", "case_json", "cases_file", "case_timeout"):
+        if getattr(args, opt, None) is not None:
+            argv += ["--" + opt.replace("_", "-"), str(getattr(args, opt))]
+    return argv + ["--json"] * bool(args.json) + ["--verbose"] * bool(args.verbose)
+
+
+def relay(cmd: list[str], env: dict) -> int:
+    """Run a child, copying its stdout and stderr line by line to this process's
+    sys.stdout and sys.stderr (a terminal, a pipe, or a caller's capture alike)."""
+    import threading
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace")
+
+    def copy(source, sink) -> None:
+        for line in source:
+            try:
+                sink.write(line)
+                sink.flush()
+            except (OSError, ValueError):   # the reader went away: keep draining
+                pass
+
+    threads = [threading.Thread(target=copy, args=(proc.stdout, sys.stdout), daemon=True),
+               threading.Thread(target=copy, args=(proc.stderr, sys.stderr), daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        proc.wait()
+    except BaseException:   # Ctrl-C: the child goes too
+        proc.kill()
+        proc.wait()
+        raise
+    for thread in threads:
+        thread.join()
+    return proc.returncode
+
+
+def repro_isolated(args) -> int:
+    """Run `repro --in-process` in a child; when the child dies in the case (a signal,
+    or faulthandler's timeout), print the crash or hang row `check` would record."""
+    import tempfile
+
+    from harness import isolation
+
+    with tempfile.TemporaryDirectory(prefix="harness-repro-") as state_dir:
+        cmd = [sys.executable, "-m", "harness", *repro_argv(args), "--in-process",
+               "--state-dir", state_dir]
+        rc = relay(cmd, child_env())
+        if rc == EXIT_INTERRUPTED or not isolation.read_state(state_dir, REPRO_WORKER).get("case_id"):
+            # The child finished the case (or never began one): its output and code stand.
+            return rc if rc >= 0 else 128 - rc
+        death = isolation.diagnose(state_dir, REPRO_WORKER, rc)
+        case_json = json.loads((Path(state_dir) / "case.json").read_text())
+    from harness import classify
+    from harness.case import Case
+    from harness.plugin import case_row
+
+    case = Case.from_json(case_json)
+    verdict = (classify.hang_verdict(case, round(death.timeout_s or 0, 1), death.stage)
+               if death.kind == "hang" else classify.crash_verdict(case, death.cause, death.stage))
+    row = case_row(case, outcome=verdict.outcome, **{"pass": False}, message=verdict.message,
+                   error_type=death.cause, stage=death.stage, isolation="alone",
+                   **(death.context or {}))
+    print_row(row, args.json)
+    if args.verbose and death.fault_text.strip():
+        print(death.fault_text.rstrip(), file=sys.stderr)
+    print(f"repro: the case killed its process ({verdict.message}); "
+          + ("" if args.verbose else "--verbose prints where, ")
+          + "--in-process runs it in this process", file=sys.stderr)
+    return EXIT_FAIL
 
 
 # ------------------------------------------------------------------ plug-ins
@@ -369,12 +699,21 @@ SUBCOMMANDS = {
                 "base-vs-head or arch-vs-arch comparison of tables"),
     "bisect": ("harness.bisect", "add_arguments", "main", "the commit that changed a case"),
     "shrink": ("harness.shrink", "add_arguments", "main", "the smallest case that still fails"),
+    "explore": ("harness.explore", "add_arguments", "main",
+                "property-based search that shrinks failures to saved case files"),
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line: what is wrong, and where the options are."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser(argv=None) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m harness",
-                                 description="Differential correctness harness for attention kernels")
+    ap = Parser(prog="harness",
+                description="Differential correctness harness for attention kernels")
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="case ids, one per line")
@@ -396,7 +735,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                    help="capability and clarity findings fail the run for every target")
     p.add_argument("--results", default=None,
                    help="table path [results/<target>-<arch>-<commit>.jsonl under --results-dir]")
-    p.add_argument("--results-dir", default=None, help="folder for tables [./results]")
+    p.add_argument("--results-dir", default=None, type=absolute_path,
+                   help="folder for tables [./results]")
     p.add_argument("--html", default=None, help="render this run's HTML report here")
     p.add_argument("--markdown", default=None, help="render this run's Markdown summary here")
     p.add_argument("--case-timeout", type=positive_seconds, default=None, help="seconds before a hang")
@@ -405,14 +745,20 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("repro", help="run one case in this process and print its row")
+    p = sub.add_parser("repro", help="run one case in a child process and print its row")
     p.add_argument("case_id")
     p.add_argument("--target", default="bundled")
     p.add_argument("--disable-guards", default=None)
     p.add_argument("--case-json", default=None, help="a JSON case file (from shrink)")
     p.add_argument("--cases-file", default=None, help="a JSON list of cases")
     p.add_argument("--json", action="store_true", help="print the row as one JSON line")
-    p.add_argument("-v", "--verbose", action="store_true", help="print each stage")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print each stage, and where a crash or hang happened")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the case in this process (for a debugger): a crash then ends it")
+    p.add_argument("--case-timeout", type=positive_seconds, default=None,
+                   help="seconds before a hang, in the child [as check]")
+    p.add_argument("--state-dir", default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_repro)
 
     # Only the subcommand being run imports its module: a broken or missing
@@ -427,13 +773,62 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
+# Tables `report` and `compare` read, by option: one with no rows is a usage error.
+TABLE_OPTIONS = {"report": ("results", "base"), "compare": ("base", "head")}
+
+
+def empty_table(args) -> str | None:
+    """The first table option naming a file without rows (a run stopped before its first
+    case, a CSV header alone), as one line; None when every named table has a row. A
+    missing or corrupt file is left to the loader, which names it."""
+    for opt in TABLE_OPTIONS.get(args.command, ()):
+        for path in getattr(args, opt, None) or ():
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    lines = sum(1 for _ in zip(range(2), (line for line in f if line.strip())))
+            except OSError:
+                continue
+            if lines < (2 if str(path).lower().endswith(".csv") else 1):
+                return (f"--{opt}: {path} has no rows; `harness check` writes a table "
+                        f"(`--resume` continues one that stopped)")
+    return None
+
+
+def _dispatch(args) -> int:
     if getattr(args, "_missing", None):
         print(f"{args.command}: {args._missing}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    empty = empty_table(args)
+    if empty:
+        print(f"{args.command}: {empty}", file=sys.stderr)
+        return EXIT_USAGE
     if getattr(args, "_lazy_main", None):
         module, main_name = args._lazy_main
         return int(getattr(__import__(module, fromlist=[main_name]), main_name)(args) or 0)
     return int(args.func(args) or 0)
+
+
+def _stdout_to_devnull() -> None:
+    """After a reader went away: the interpreter's last flush at exit then writes
+    nowhere instead of printing a second BrokenPipeError."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass   # a stdout without a descriptor (captured) has nothing to flush
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), "harness")
+    try:
+        args = build_parser(argv).parse_args(argv)
+        args.argv = argv   # check's --resume hint repeats the command as given
+        code = _dispatch(args)
+        sys.stdout.flush()   # a reader that went away (`| head`) shows here, not at exit
+        return code
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_PIPE
+    except KeyboardInterrupt:
+        print(f"\n{command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,4 +1,4 @@
-"""`python -m harness shrink CASE_ID`: the smallest case that still fails the same way.
+"""`harness shrink CASE_ID`: the smallest case that still fails the same way.
 
 Greedy delta debugging over the params a failure rarely needs: requests in
 the batch, qo/kv lengths, heads (keeping the GQA ratio) and head_dim (only
@@ -229,8 +229,9 @@ def write_case_file(case: Case, out_dir: Path) -> Path:
 
 def repro_command(case: Case, case_file: Path, target: str = "bundled",
                   disable_guards: str | None = None) -> str:
+    """The trial's command as a person types it: the `harness` console script."""
     import shlex
-    return shlex.join(trial_command(case.id, case_file, target, disable_guards))
+    return shlex.join(["harness", *trial_command(case.id, case_file, target, disable_guards)[3:]])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -242,8 +243,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--disable-guards", default=None, metavar="NAMES")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per trial (then: hang)")
     parser.add_argument("--max-trials", type=int, default=200)
-    parser.add_argument("--out-dir", default=str(ROOT / "results" / "shrunk"),
-                        help="where the shrunk case's JSON file goes")
+    parser.add_argument("--out-dir", default=str(Path("results") / "shrunk"),
+                        help="where the shrunk case's JSON file goes [results/shrunk under "
+                             "the current folder, as check's tables]")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every trial")
 
 
@@ -283,6 +285,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="python -m harness shrink")
+    p = argparse.ArgumentParser(prog="harness shrink")
     add_arguments(p)
     sys.exit(main(p.parse_args()))

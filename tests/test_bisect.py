@@ -6,6 +6,7 @@ The last one bisects a copy of this project whose history disables a guard.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -131,3 +132,44 @@ def test_bisect_finds_commit_that_disables_a_guard(tmp_path):
     assert result["commit"] == shas[3], result["output"]
     assert result["subject"] == "Drop the last-dim stride guard"
     assert git(repo, "rev-parse", "HEAD") == shas[-1]
+
+
+OUTCOME_STUB = '''
+import sys
+state = open("state.txt").read().strip()
+print("outcome  " + {"good": "match", "bad": "wrong"}.get(state, "crash"))
+print("message  noise that is not a step line")
+sys.exit({"good": 0, "bad": 1, "nobuild": 5}[state])
+'''
+
+
+def test_bisect_prints_one_line_per_step_as_it_goes(tmp_path, capsys):
+    import argparse
+
+    from harness.bisect import main
+    repo = init_repo(tmp_path / "repo")
+    states = ["good", "nobuild", "good", "bad", "bad", "bad"]
+    shas = [commit(repo, f"Change {i}", {"harness/__init__.py": "",
+                                        "harness/__main__.py": OUTCOME_STUB, "state.txt": s,
+                                        "step.txt": str(i)})
+            for i, s in enumerate(states)]
+    args = argparse.Namespace(repo=str(repo), good=shas[0], bad=shas[-1], case_id="the/case",
+                              python=sys.executable, disable_guards=None, target=None,
+                              timeout=60.0, cache_dir=str(tmp_path / "cache"))
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == f"first bad commit: {shas[3]} Change 3"
+    steps = err.splitlines()
+    short = {sha[:7]: (i, s) for i, (sha, s) in enumerate(zip(shas, states))}
+    assert steps, err
+    for line in steps:
+        m = re.fullmatch(r"bisect: ([0-9a-f]{7,}) Change (\d) -> (good|bad|skip)(.*)", line)
+        assert m, line
+        i, state = short[m.group(1)[:7]]
+        assert int(m.group(2)) == i
+        expected = {"good": ("good", " (match)"), "bad": ("bad", " (wrong)"),
+                    "nobuild": ("skip", " (library build failed)")}[state]
+        assert (m.group(3), m.group(4)) == expected, line
+    # every step git ran is there, the first included, and nothing else
+    assert len(steps) == len(set(steps)) >= 2
+    assert "noise" not in err

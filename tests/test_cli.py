@@ -46,7 +46,9 @@ def test_repro_build_failure_is_exit_5(monkeypatch, capsys):
     try:
         from harness.targets.faults import fault_case
         case_file.write_text(json.dumps([fault_case("none").to_json()]))
-        assert cli.main(["repro", fault_case("none").id, "--case-json", str(case_file)]) == 5
+        # --in-process: the patched load_target is this process's, not a child's
+        assert cli.main(["repro", fault_case("none").id, "--case-json", str(case_file),
+                         "--in-process"]) == 5
     finally:
         case_file.unlink()
     assert "build failed" in capsys.readouterr().err
@@ -72,8 +74,11 @@ def test_check_summarizes_and_exits_by_rows(tmp_path):
     bad = subprocess.run(base + ["--case-id", "wrong", "--disable-guards", "g1"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1, bad.stdout[-2000:]
-    assert "1 failing row(s)" in bad.stdout
-    assert "faults.single_prefill/faults.wrong/n0: wrong, max|diff| 1, wrong 16/16" in bad.stdout
+    # One failure class; the row's message (which has max|diff| and the counts) once.
+    assert "1 failure class, worst first:" in bad.stdout
+    (line,) = [l for l in bad.stdout.splitlines() if l.strip().startswith("faults.wrong")]
+    assert "wrong" in line and line.count("max|diff|") == 1 and line.count("16/16") == 1
+    assert "1 cases, 1 failing (1 correctness)" in bad.stdout
     # --disable-guards: the "before" table, and no reruns of a known-bad library
     assert "| Route | Case | Result |" in bad.stdout
     rows = table.read_rows(results)
@@ -185,3 +190,202 @@ def test_capability_findings_gate_only_a_target_that_owns_its_contract():
     assert len(cli.gating(df, target_owns_contract=True, strict=False)) == 2
     wrong = pd.concat([df, pd.DataFrame([{"pass": False, "severity": "correctness"}])])
     assert len(cli.gating(wrong, target_owns_contract=False, strict=False)) == 1
+
+
+# ------------------------------------------------------------------ one-line errors
+
+def _one_line(err: str) -> str:
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_list_of_a_target_that_cannot_run_here_is_one_line(monkeypatch, capsys):
+    def no_library(name):
+        raise RuntimeError("flashinfer target: no GPU visible to torch; "
+                           "`pip install flashinfer-python` on a machine with a CUDA GPU")
+    monkeypatch.setattr("harness.targets.load_target", no_library)
+    assert cli.main(["list", "--target", "flashinfer"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("list: flashinfer target") and "pip install flashinfer-python" in line
+
+
+def test_repro_of_a_target_that_cannot_run_here_is_one_line(monkeypatch, capsys):
+    def no_library(name):
+        raise RuntimeError("flashinfer target: `pip install flashinfer-python`")
+    monkeypatch.setattr("harness.targets.load_target", no_library)
+    assert cli.main(["repro", "x", "--target", "flashinfer", "--in-process"]) == 2
+    assert _one_line(capsys.readouterr().err).startswith("repro: flashinfer target")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["check", "--reruns", "x"], ["harness check:", "--reruns", "'x'", "--help"]),
+    (["check", "--bogus"], ["unrecognized arguments: --bogus", "--help"]),
+    (["frob"], ["invalid choice: 'frob'", "--help"]),
+], ids=["bad-value", "unknown-option", "unknown-command"])
+def test_usage_errors_are_one_line_and_exit_2(argv, words, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    line = _one_line(capsys.readouterr().err)
+    for word in words:
+        assert word in line, line
+
+
+@pytest.mark.parametrize("name,text", [("empty.jsonl", ""), ("blank.jsonl", "\n\n"),
+                                       ("header.csv", "route,case_id,outcome,pass\n")],
+                         ids=["empty", "blank-lines", "csv-header-only"])
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_report_and_compare_refuse_a_table_without_rows(tmp_path, capsys, name, text, command):
+    table_path = tmp_path / name
+    table_path.write_text(text)
+    if command == "report":
+        argv = ["report", "--results", str(table_path), "--out", str(tmp_path / "r.html")]
+        option = "--results"
+    else:
+        argv = ["compare", "--base", str(table_path), "--head", str(table_path)]
+        option = "--base"
+    assert cli.main(argv) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"{command}: {option}: {table_path} has no rows") and "check" in line
+    assert not (tmp_path / "r.html").exists()
+
+
+def _changed_tables(tmp_path, n: int = 3000):
+    rows = [{"case_id": f"r.x/f.v{i}/t", "route": "r.x", "family": "f", "arch": "cpu",
+             "target": "bundled", "outcome": "match", "pass": True} for i in range(n)]
+    base, head = tmp_path / "base.jsonl", tmp_path / "head.jsonl"
+    base.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    head.write_text("".join(json.dumps(dict(r, outcome="wrong", **{"pass": False})) + "\n"
+                            for r in rows))
+    return base, head
+
+
+@pytest.mark.parametrize("argv", [["list", "--target", "faults"], ["compare"]],
+                         ids=["list", "compare"])
+def test_a_reader_that_stops_early_is_no_traceback(tmp_path, argv):
+    """`harness compare ... | head`: the reader goes away; exit 141, nothing on stderr
+    but the command's own lines."""
+    if argv == ["compare"]:
+        base, head = _changed_tables(tmp_path)
+        argv = ["compare", "--base", str(base), "--head", str(head)]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc.stdout.close()   # before the first line: every write finds the pipe closed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == cli.EXIT_PIPE, err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception" not in err, err
+
+
+def test_ctrl_c_during_check_is_one_line_with_the_resume_command(tmp_path):
+    """Ctrl-C from a terminal reaches the whole process group: the check, its pytest,
+    the workers. One line says what is kept and how to go on."""
+    import signal
+    import time
+    from harness.targets.faults import fault_case
+
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([fault_case("none").to_json(), fault_case("slow").to_json()]))
+    results = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "harness", "check", "--target", "faults", "-n", "1",
+           "--cases-file", str(cases), "--results", str(results)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT), FAULTS_SLOW_S="120"))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):
+        time.sleep(0.2)
+    assert results.exists(), "the first case never finished"
+    time.sleep(1.0)   # the slow case is running now
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out + err
+    lines = [l for l in err.splitlines() if l.startswith("check: ") and "rows go to" not in l]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"check: interrupted; 1 of 2 rows kept in {results}"), lines[0]
+    assert lines[0].endswith(f"continue with: harness check --target faults -n 1 --cases-file "
+                             f"{cases} --results {results} --resume"), lines[0]
+    for noise in ("Traceback", "KeyboardInterrupt", "Warning", "!!!"):
+        assert noise not in out + err, out + err
+
+
+def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, monkeypatch):
+    import io
+    progress = cli.Progress(tmp_path / "r.jsonl", total=4, done_before={"a"},
+                            stream=io.StringIO(), interval=0)
+    stale = {"case_id": "old", "pass": False, "timestamp": "2000-01-01T00:00:00+00:00"}
+    rows = [dict(case_id=c, timestamp="2999-01-01T00:00:00+00:00", **{"pass": p})
+            for c, p in (("b", False), ("c", True))]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [stale, *rows])
+                                      + '{"case_id": "d", "pa')   # a line being written
+    progress.tick()
+    line = progress.stream.getvalue().strip()
+    assert line.startswith("check: 3/4 rows, 1 failing, 0:00 elapsed"), line
+    # A run of a failing case: the summary once; pytest's FAILURES section and its
+    # per-case text (which repeats each row's message) are not on the console.
+    proc = _check("--case-id", "wrong", "--disable-guards", "g1", "--results",
+                  str(tmp_path / "w.jsonl"))
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "FAILURES" not in proc.stdout and "(expect match)" not in proc.stdout
+    assert proc.stdout.count("16/16 wrong") == 2   # the before table and the class line
+    assert proc.stderr.startswith("check: 1 cases on faults; rows go to "), proc.stderr
+
+
+def test_check_shows_pytest_output_when_pytest_itself_fails(tmp_path):
+    proc = _check("--case-id", "none", "--results", str(tmp_path / "r.jsonl"), "--",
+                  "--no-such-pytest-option")
+    assert proc.returncode not in (0, 1)
+    assert "--no-such-pytest-option" in proc.stdout + proc.stderr
+
+
+def test_check_from_another_folder_takes_paths_from_that_folder(tmp_path):
+    from harness.targets.faults import fault_case
+    (tmp_path / "cases.json").write_text(json.dumps([fault_case("none").to_json()]))
+    proc = _check("--cases-file", "cases.json", "--results-dir", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (table_path,) = (tmp_path / "out").glob("*.jsonl")
+    assert f"results: {table_path}" in proc.stdout
+
+
+# ------------------------------------------------------------------ repro in a child
+
+@pytest.mark.parametrize("fault,outcome,cause", [("sigfpe", "crash", "SIGFPE"),
+                                                 ("exit3", "crash", "exit code 3"),
+                                                 ("hang", "hang", "timeout after")],
+                         ids=["signal", "exit", "hang"])
+def test_repro_prints_the_crash_row_of_a_case_that_kills_its_process(fault, outcome, cause,
+                                                                     capsys):
+    argv = ["repro", f"faults.single_prefill/faults.{fault}/n0", "--target", "faults", "--json",
+            "--case-timeout", "2"]
+    assert cli.main(argv) == 1
+    out, err = capsys.readouterr()
+    row = json.loads(out)
+    assert row["outcome"] == outcome and not row["pass"] and row["stage"] == "run", row
+    assert cause in row["error_type"] and row["severity"] == "correctness", row
+    assert row["isolation"] == "alone" and row["target"] == "faults"
+    assert "Fatal Python error" not in err and "--in-process" in _one_line(err)
+
+
+def test_repro_in_a_child_keeps_the_usage_exit_codes(capsys):
+    assert cli.main(["repro", "faults.single_prefill/faults.nne/n0", "--target", "faults"]) == 4
+    assert "faults.single_prefill/faults.none/n0" in capsys.readouterr().err
+    assert cli.main(["repro", "x", "--target", "nosuch"]) == 2
+    assert "--target" in capsys.readouterr().err
+
+
+def test_resume_command_repeats_the_command_before_pytest_options():
+    assert cli.resume_command(["check", "--family", "gqa"]) == "harness check --family gqa --resume"
+    assert cli.resume_command(["check", "--", "-x"]) == "harness check --resume -- -x"
+    assert cli.resume_command(["check", "--resume"]) == "harness check --resume"
+
+
+def test_check_with_an_unwritable_results_folder_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")   # a file where the folder would go
+    results = blocker / "r.jsonl"
+    assert cli.main(["check", "--target", "faults", "--case-id", "none",
+                     "--results", str(results)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"check: cannot write the results table {results}")
+    assert "--results-dir" in line

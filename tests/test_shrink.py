@@ -1,5 +1,6 @@
 """The shrinker with a fake step: no library, no subprocess."""
 import json
+import os
 import sys
 
 import pytest
@@ -98,3 +99,20 @@ def test_bad_target_or_case_file_is_a_usage_error(argv, words, capsys):
     err = capsys.readouterr().err
     for word in words:
         assert word in err, err
+
+
+def test_the_printed_repro_command_is_the_harness_command_and_files_go_under_cwd(tmp_path,
+                                                                              monkeypatch):
+    import argparse
+
+    from harness.shrink import add_arguments, repro_command
+    small = shrunk_case(case(), {**case().params, "qo_lens": [1, 1, 1, 1]})
+    path = write_case_file(small, tmp_path)
+    command = repro_command(small, path, "bundled", "all")
+    assert command.startswith(f"harness repro {small.id} --case-json {path}"), command
+    assert command.endswith("--disable-guards all")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    monkeypatch.chdir(tmp_path)
+    out_dir = parser.parse_args(["x"]).out_dir
+    assert not os.path.isabs(out_dir) and out_dir.startswith("results")

@@ -14,6 +14,7 @@ TARGETS = {
     "bundled": "harness.targets.bundled",
     "torch-sdpa": "harness.targets.torch_sdpa",
     "flashinfer": "harness.targets.flashinfer",
+    "flaggems": "harness.targets.flaggems",
     "faults": "harness.targets.faults",  # test-only: injected crashes and hangs
 }
 
