@@ -45,13 +45,20 @@ from harness.classify import severity
 from harness.routes import BUNDLED_ROUTES
 from harness.targets import load_target
 
-_ALL = generate(("strided", "misplanned", "gqa"), BUNDLED_ROUTES)
+# The mixed batch's vLLM-shaped call writes only into the caller's out: its
+# library-allocated form is skipped, not a detection.
+# Every route in the family's own call form; the other call forms (cases/_call_forms.py)
+# on two routes, which is enough to show each form is reached and keeps `make test` short.
+CRASH_ROUTES = ("fa2.single_prefill", "fa2.batch_decode")
+_FORM_TAGS = ("-nolse", "-lib", "-lib-nolse")
+_ALL = [c for c in generate(("strided", "misplanned", "gqa"), BUNDLED_ROUTES)
+        if not (c.op == "mixed_batch" and c.params.get("out_form") == "library")
+        and (not c.tag.endswith(_FORM_TAGS) or c.route in CRASH_ROUTES)]
 
 INPUTS = {"q", "k", "v", "k_cache", "v_cache", "kv_cache"}
 OUTPUTS = {"out", "lse", "partial_state_v", "partial_state_s"}
 STATES = {"v_a", "s_b", "v", "s", "v_other"}
-# Process-killing guard-off cases run on these routes only: each costs a fresh process.
-CRASH_ROUTES = ("fa2.single_prefill", "fa2.batch_decode")
+# Process-killing guard-off cases run on CRASH_ROUTES only: each costs a fresh process.
 
 
 def _strided_rows():
@@ -78,6 +85,8 @@ def _misplanned_rows():
     for c in _ALL:
         if c.family != "misplanned":
             continue
+        if c.variant == "q_rows_fewer" and c.params.get("out_form") == "library":
+            continue   # writes past the library's own out: a fresh process (ISOLATED)
         if c.variant == "q_rows_fewer":
             # The planned rows past a short out land in its (widened) canary band.
             rows.append((c, "run_matches_plan", {"corrupt"}))
@@ -107,8 +116,18 @@ def _gqa_rows():
 
 DETECTIONS = _strided_rows() + _misplanned_rows() + _gqa_rows()
 # (case, guard, signal the worker dies of)
+# The other call forms of these reach the same division: one variant on one route shows it.
 CRASHES = [(c, "gqa_divisible", "SIGFPE") for c in _ALL
-           if c.family == "gqa" and c.variant in ("q4_over_kv8", "kv0") and c.route in CRASH_ROUTES]
+           if c.family == "gqa" and c.variant in ("q4_over_kv8", "kv0") and c.route in CRASH_ROUTES
+           and (not c.tag.endswith(_FORM_TAGS)
+                or (c.variant == "kv0" and c.route == "fa2.single_prefill"))]
+
+
+# Guard off, these write the planned rows past an out the library allocated for fewer:
+# heap corruption, so each runs in its own process (`harness repro`, isolated by default).
+ISOLATED = [(c, "run_matches_plan", {"crash", "silent"}) for c in _ALL
+            if c.variant == "q_rows_fewer" and c.params.get("out_form") == "library"
+            and c.route in CRASH_ROUTES]
 
 
 def _id(row) -> str:
@@ -155,3 +174,17 @@ def test_all_guards_on_every_case_passes(target, monkeypatch):
     cases = {row[0].id: row[0] for row in DETECTIONS + CRASHES}.values()
     failures = failures_with_guards_on(cases, target, monkeypatch)
     assert not failures, failures
+
+
+@pytest.mark.parametrize("row", ISOLATED, ids=[_id(r) for r in ISOLATED])
+def test_guard_off_heap_write_is_caught_in_its_own_process(row):
+    import json
+    import subprocess
+    import sys
+    case, guard, outcomes = row
+    proc = subprocess.run([sys.executable, "-m", "harness", "repro", case.id, "--json",
+                           "--disable-guards", guard], capture_output=True, text=True, timeout=300)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("{"))
+    found = json.loads(line)
+    assert found["outcome"] in outcomes and not found["pass"], found
+    assert found["severity"] == "correctness", found

@@ -53,9 +53,12 @@ def test_family_covers_every_route_of_its_ops(family):
 def test_valid_covers_every_route_and_factor(all_cases):
     valid = [c for c in all_cases if c.family == "valid"]
     assert {c.route for c in valid} == set(BUNDLED_ROUTES)
-    assert all(c.expect == "match" for c in valid)
+    # Only the head sizes outside the common ones may be refused.
+    assert all(c.expect == "match" or c.variant.startswith("head_dim") for c in valid)
     levels = defaultdict(set)
     for c in valid:
+        if c.variant.startswith(("group", "head_dim")):
+            continue   # the sweeps: checked below
         p = c.params
         levels["dtype"].add(p["dtype"])
         levels["head_dim"].add(p["head_dim"])
@@ -80,6 +83,13 @@ def test_valid_covers_every_route_and_factor(all_cases):
     assert levels["order"] == {"shuffled", "sequential"}
     for key in ("qo_len_1", "split", "past_64k", "vo"):
         assert levels[key] == {True, False}, key
+    for route in BUNDLED_ROUTES:
+        sweep = [c for c in valid if c.route == route and c.variant.startswith("group")]
+        assert sorted(c.params["num_qo_heads"] // c.params["num_kv_heads"] for c in sweep) == \
+            list(range(1, 17)), route
+        sizes = {c.params["head_dim"]: c.expect for c in valid
+                 if c.route == route and c.variant.startswith("head_dim")}
+        assert sizes[48] == "match_or_refuse" and sizes[64] == sizes[256] == "match", route
 
 
 def test_contracts_are_target_neutral(all_cases):
