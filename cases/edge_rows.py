@@ -12,8 +12,9 @@ express it:
   qo_empty        a request with qo_len 0 (no rows to write)
   single_token    qo_len 1, kv_len 1
   batch           all of the above inside one batch, between ordinary requests,
-                  unsplit, split-KV, in CUDA-graph mode and with run(partial_state=)
-  all_empty       a batch in which every request has kv_len 0
+                  unsplit, split-KV, in CUDA-graph mode, with run(partial_state=) and
+                  with window_left 0
+  all_empty       a batch in which every request has kv_len 0 (mixed_batch: every decode)
 
 merge_state splits each request's kv in two non-empty halves and takes no
 mask, so it gets a qo_len 0 request and single-token queries over the
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases.values import requires
 from harness.case import Case, dtype_tag
 from harness.routes import op_of
 
@@ -161,4 +163,4 @@ def cases(routes) -> Iterator[Case]:
             continue
         for variant, params in _BY_OP[op](route.split(".", 1)[0]):
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect="match", tag=_tag(params))
+                       expect="match", tag=_tag(params), requires=requires(params))

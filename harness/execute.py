@@ -186,7 +186,8 @@ def judge(result: dict, expected: dict, baseline: dict | None, problem,
             comparisons.append((name, compare(got, exp, lse_tolerance(exp))))
             continue
         base = baseline.get(name) if baseline else None
-        tol, base_err = output_tolerance(exp, base, problem.dtype_name)
+        tol, base_err = output_tolerance(exp, base, problem.dtype_name, expected.get("lse"),
+                                         problem.head_dim)
         comparisons.append((name, compare(got, exp, tol, base_err)))
     return comparisons
 

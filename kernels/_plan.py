@@ -16,6 +16,8 @@ from . import _lib, guards
 from ._launch import LAYOUTS
 
 DEFAULT_MAX_KV_CHUNK = 512
+# kernels_plan's info[] slots (csrc/plan.cpp).
+INFO_WS_BYTES, INFO_CHUNK = 3, 4
 # Work items a graph grid holds per request, beyond what the first plan needs: later plans
 # with longer KV use larger chunks to fit (kernels_plan doubles the chunk).
 GRAPH_WORK_PER_REQUEST = 4
@@ -25,6 +27,16 @@ def host_ints(t) -> list[int]:
     if isinstance(t, torch.Tensor):
         return t.detach().to("cpu", torch.int64).tolist()
     return [int(x) for x in t]
+
+
+def fit_chunk(sizes, chunk: int, longest: int, ws_bytes: int, info) -> int:
+    """The first of chunk, 2 * chunk, ... whose schedule's partial rows fit ws_bytes, stopping at
+    one chunk per request (longest). sizes(chunk, limit) fills info without a schedule."""
+    while True:
+        sizes(chunk, 0)
+        if info[INFO_WS_BYTES] <= ws_bytes or chunk >= longest:
+            return chunk
+        chunk = min(chunk * 2, longest)
 
 
 class Planned:
@@ -103,7 +115,12 @@ class Planned:
 
     def _schedule(self, qo: list[int], kv_lens: list[int], num_qo_heads: int, head_dim_vo: int,
                   max_kv_chunk, unsplit: bool = False) -> dict:
-        """Run kernels_plan; fails (ValueError) when the float workspace cannot hold the schedule."""
+        """Run kernels_plan; fails (ValueError) when the float workspace cannot hold the schedule.
+
+        max_kv_chunk None: the library picks the chunk, the default or the finest coarser one whose
+        partial rows fit the float workspace (FlashInfer sizes its split to its buffers too), so
+        a long context needs no bigger workspace; only a schedule that cannot fit even unsplit
+        (a graph plan always splits) is refused. A caller's max_kv_chunk is kept as given."""
         lib = _lib.lib()
         batch = len(kv_lens)
         qo_t = torch.tensor(qo or [0], dtype=torch.int32)
@@ -114,9 +131,16 @@ class Planned:
         ws_bytes = self._ws.numel() * self._ws.element_size()
         info = (ctypes.c_int64 * 6)()
         force = int(self._use_cuda_graph and not unsplit)
+
+        def sizes(chunk: int, limit: int) -> None:
+            _lib.call("kernels_plan", qo_t.data_ptr(), kv_t.data_ptr(), batch, num_qo_heads, head_dim_vo,
+                      chunk, limit, force, ws_bytes, None, 0, 0, info)
+
+        if max_kv_chunk is None:
+            chunk = fit_chunk(sizes, chunk, max([1, *kv_lens]), ws_bytes, info)
         args = (qo_t.data_ptr(), kv_t.data_ptr(), batch, num_qo_heads, head_dim_vo, chunk)
         if self._use_cuda_graph and "work" not in self._caps:
-            _lib.call("kernels_plan", *args, 0, force, ws_bytes, None, 0, 0, info)
+            sizes(chunk, 0)
             self._caps["work"] = max(int(info[0]), GRAPH_WORK_PER_REQUEST * batch)
         limit = self._caps["work"] if self._use_cuda_graph else 0
         _lib.call("kernels_plan", *args, limit, force, ws_bytes, None, 0, 0, info)

@@ -1,6 +1,23 @@
 """Injected failures for the harness's own tests: each dies the way a broken kernel does.
 
 Refused unless KERNELS_TESTONLY=1, so nothing reaches them by accident.
+
+Kernel faults. KERNELS_TESTONLY_FAULT=<name> (with KERNELS_TESTONLY=1), read by the C library
+at every launch (csrc/testonly.h), makes the real kernels take the path a known class of bug
+takes; each shows up only on inputs one case family generates:
+
+  merge_no_max     every merge (split-KV partials, merge_state, run(partial_state=)) weights a
+                   state by exp(lse) without subtracting the larger lse: an LSE past ~88.7
+                   overflows fp32 (values=large_logits)
+  softmax_no_max   the online softmax sums exp(logit) with no running max: a logit past ~88.7
+                   overflows (values=large_logits)
+  empty_skipped    a kernel returns early for a request with kv_len 0, leaving its rows
+                   unwritten (edge_rows: empty requests)
+  masked_row_nan   a row that attends to nothing and is written straight to the output comes
+                   out 0 / 0 (edge_rows: fully masked rows, empty requests)
+
+The name is checked by the library: an unknown one, or one without KERNELS_TESTONLY=1, makes
+every launch fail with a message naming it.
 """
 from __future__ import annotations
 
@@ -11,6 +28,8 @@ import torch
 from . import _lib
 
 FAULTS = {"sigfpe": 1, "sigsegv": 2, "abort": 3, "hang": 4}
+KERNEL_FAULTS = ("merge_no_max", "softmax_no_max", "empty_skipped", "masked_row_nan")
+KERNEL_FAULT_ENV = "KERNELS_TESTONLY_FAULT"
 
 
 def _allowed(name: str) -> None:

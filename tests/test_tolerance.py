@@ -150,3 +150,34 @@ def test_bound_is_k_times_baseline_error_plus_floor():
     inf_base[0] = math.inf
     assert output_tolerance(ref, inf_base, "bf16")[0] == floor
     assert compare(ref + floor * 2, ref, floor).ok is False
+
+
+def _exp2_kernel(p):
+    """An FA-style fp32 kernel: logits pre-scaled by log2(e) and summed over head_dim one
+    product after another, so each is off by ~sqrt(D) fp32 ulps of its magnitude (modelled
+    as a seeded random relative error of that size), then exp2 of the scaled difference."""
+    g = p.num_qo_heads // p.num_kv_heads
+    outs = []
+    for q, k, v, lq, lk in zip(p.q, p.k, p.v, p.qo_lens, p.kv_lens):
+        k, v = _repeat_kv(k, g), _repeat_kv(v, g)
+        s2 = torch.einsum("lhd,khd->hlk", q.float(), k) * torch.tensor(p.sm_scale * math.log2(math.e),
+                                                                        dtype=torch.float32)
+        m2 = s2.max(-1, keepdim=True).values
+        jitter = torch.randn(s2.shape, generator=torch.Generator().manual_seed(5))
+        s2 = s2 + math.sqrt(p.head_dim) * 2.0 ** -24 * s2.abs() * jitter
+        w = torch.exp2(s2 - m2)
+        outs.append((torch.einsum("hlk,khd->lhd", w, v) / w.sum(-1).T.unsqueeze(-1)).float())
+    return {"o": torch.cat(outs)}
+
+
+def test_right_exp2_fp32_kernel_matches_at_large_logits():
+    p = build_problem(dict(dtype="fp32", head_dim=256, num_qo_heads=8, num_kv_heads=2,
+                           qo_lens=[1, 1, 1], kv_lens=[45, 130, 77], values="large_logits"), 3)
+    ref = attention_reference(p)
+    assert float(ref["lse"].max()) > 80
+    got = _exp2_kernel(p)
+    s = verdict(p, got)
+    assert s.ok, s.message
+    # Without the logits' own precision in the bound, this right kernel would fail.
+    without, _ = output_tolerance(ref["o"], attention_baseline(p)["o"], "fp32", None, 256)
+    assert s.max_abs_diff > without, (s.max_abs_diff, without)

@@ -4,6 +4,7 @@
 #include <math.h>
 #include "dtype.h"
 #include "params.h"
+#include "testonly.h"
 
 #define NEG_INF (-INFINITY)
 
@@ -53,16 +54,17 @@ __device__ __forceinline__ bool load_work(const AttnParams& p, int w, WorkItem& 
 }
 
 // Row i of the request (causal alignment is bottom-right) over kv [lo, hi). acc holds the
-// unnormalised output; m and l the running max and sum.
+// unnormalised output; m and l the running max and sum. fault: testonly.h (TF_NONE normally).
 template <int KDT>
 __device__ void attend_row(const AttnParams& p, const WorkItem& it, int i, int h, int kvh,
-                           bool honour_window, float* acc, float& m_out, float& l_out) {
+                           bool honour_window, int fault, float* acc, float& m_out, float& l_out) {
   float qv[KERNELS_MAX_HEAD_DIM];
   const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   const int64_t qoff = (int64_t)(it.qo_start + i) * p.q_stride_n + (int64_t)h * p.q_stride_h;
   for (int d = 0; d < dqk; ++d) qv[d] = ld_dt(p.q, qoff + d, p.q_dtype) * p.sm_scale;
   for (int d = 0; d < dvo; ++d) acc[d] = 0.f;
-  float m = NEG_INF, l = 0.f;
+  const bool track_max = fault != TF_SOFTMAX_NO_MAX;
+  float m = track_max ? NEG_INF : 0.f, l = 0.f;
   const int diag = i + it.kv_len - it.qo_len;
   int jlo = it.lo, jhi = it.hi;
   if (p.causal && diag + 1 < jhi) jhi = diag + 1;
@@ -72,7 +74,7 @@ __device__ void attend_row(const AttnParams& p, const WorkItem& it, int i, int h
     const int64_t vo = kv_token_offset(p, it.req, j, p.v_stride_page, p.v_stride_n) + (int64_t)kvh * p.v_stride_h;
     float s = 0.f;
     for (int d = 0; d < dqk; ++d) s += qv[d] * ld<KDT>(p.k, ko + d);
-    if (s > m) {
+    if (track_max && s > m) {
       const float r = expf(m - s);
       l *= r;
       for (int d = 0; d < dvo; ++d) acc[d] *= r;
@@ -87,10 +89,12 @@ __device__ void attend_row(const AttnParams& p, const WorkItem& it, int i, int h
 }
 
 // Final rows go to o/lse in the caller's dtype; split items to fp32 partial slots.
-__device__ inline void write_row(const AttnParams& p, const WorkItem& it, int i, int h,
+__device__ inline void write_row(const AttnParams& p, const WorkItem& it, int i, int h, int fault,
                                  const float* acc, float m, float l) {
   const int dvo = p.head_dim_vo;
-  const bool empty = !(l > 0.f) && !(l != l);  // nothing attended; a NaN must stay visible
+  // Nothing attended (a NaN must stay visible). The fault drops the test on rows written
+  // straight to o; a split row's empty partials meet the merge's own test.
+  const bool empty = !(l > 0.f) && !(l != l) && !(fault == TF_MASKED_ROW_NAN && it.slot < 0);
   const float inv = empty ? 0.f : 1.f / l;
   const float lse = empty ? NEG_INF : m + logf(l);
   if (it.slot >= 0) {
@@ -108,9 +112,10 @@ __device__ inline void write_row(const AttnParams& p, const WorkItem& it, int i,
 
 // grid (work items, Hq), threads stride over the query rows of the item's request.
 template <int KDT>
-__global__ void prefill_kernel(AttnParams p) {
+__global__ void prefill_kernel(AttnParams p, int fault) {
   WorkItem it;
   if (!load_work(p, (int)blockIdx.x, it)) return;
+  if (fault == TF_EMPTY_SKIPPED && it.kv_len == 0) return;
   const int h = (int)blockIdx.y;
   // The GQA mapping: a group that does not divide, or is zero, is not checked here.
   const int group = p.num_qo_heads / p.num_kv_heads;
@@ -118,16 +123,17 @@ __global__ void prefill_kernel(AttnParams p) {
   float acc[KERNELS_MAX_HEAD_DIM];
   for (int i = (int)threadIdx.x; i < it.qo_len; i += (int)blockDim.x) {
     float m, l;
-    attend_row<KDT>(p, it, i, h, kvh, true, acc, m, l);
-    write_row(p, it, i, h, acc, m, l);
+    attend_row<KDT>(p, it, i, h, kvh, true, fault, acc, m, l);
+    write_row(p, it, i, h, fault, acc, m, l);
   }
 }
 
 // grid (work items, ceil(Hq / block)), one thread per qo head of a one-row request.
 template <int KDT>
-__global__ void decode_kernel(AttnParams p) {
+__global__ void decode_kernel(AttnParams p, int fault) {
   WorkItem it;
   if (!load_work(p, (int)blockIdx.x, it)) return;
+  if (fault == TF_EMPTY_SKIPPED && it.kv_len == 0) return;
   const int h = (int)(blockIdx.y * blockDim.x + threadIdx.x);
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int kvh = h / group;
@@ -137,12 +143,12 @@ __global__ void decode_kernel(AttnParams p) {
   // One query row: it sits at the bottom of its kv range.
   WorkItem one = it;
   one.qo_len = 1;
-  attend_row<KDT>(p, one, 0, h, kvh, true, acc, m, l);
-  write_row(p, one, 0, h, acc, m, l);
+  attend_row<KDT>(p, one, 0, h, kvh, true, fault, acc, m, l);
+  write_row(p, one, 0, h, fault, acc, m, l);
 }
 
 // Combines a row's partial slots (VariableLengthMergeStates). grid (ceil(rows/block), Hq).
-__global__ void merge_partials_kernel(AttnParams p) {
+__global__ void merge_partials_kernel(AttnParams p, int fault) {
   const int row = (int)(blockIdx.x * blockDim.x + threadIdx.x);
   const int h = (int)blockIdx.y;
   if (row >= p.num_rows || (p.live && row >= p.live[1])) return;
@@ -159,6 +165,7 @@ __global__ void merge_partials_kernel(AttnParams p) {
     if (p.lse) p.lse[(int64_t)row * p.num_qo_heads + h] = NEG_INF;
     return;
   }
+  if (fault == TF_MERGE_NO_MAX) m = 0.f;
   float wsum = 0.f;
   for (int s = s0; s < s1; ++s) wsum += expf(p.partial_lse[(int64_t)s * p.num_qo_heads + h] - m);
   for (int d = 0; d < dvo; ++d) {
@@ -179,9 +186,10 @@ __global__ void merge_partials_kernel(AttnParams p) {
 // no LSE: this kernel has neither.
 #define LL4MI_NWARPS 4
 template <int KDT>
-__global__ void ll4mi_decode_kernel(AttnParams p) {
+__global__ void ll4mi_decode_kernel(AttnParams p, int fault) {
   WorkItem it;
   if (!load_work(p, (int)blockIdx.x, it)) return;
+  if (fault == TF_EMPTY_SKIPPED && it.kv_len == 0) return;
   const int h = (int)blockIdx.y;
   const int warp = (int)threadIdx.x / KERNELS_WARP_SIZE;
   const int lane = (int)threadIdx.x % KERNELS_WARP_SIZE;
@@ -191,8 +199,8 @@ __global__ void ll4mi_decode_kernel(AttnParams p) {
   const int HEAD_SIZE = p.head_dim_vo;
   const int VHELOOP = HEAD_SIZE / 16 / LL4MI_NWARPS;
   const int64_t qoff = (int64_t)it.qo_start * p.q_stride_n + (int64_t)h * p.q_stride_h;
-  float m = NEG_INF;
-  for (int j = 0; j < it.kv_len; ++j) {
+  float m = fault == TF_SOFTMAX_NO_MAX ? 0.f : NEG_INF;
+  for (int j = 0; j < it.kv_len && fault != TF_SOFTMAX_NO_MAX; ++j) {
     const int64_t ko = kv_token_offset(p, it.req, j, p.k_stride_page, p.k_stride_n) + (int64_t)kvh * p.k_stride_h;
     float s = 0.f;
     for (int d = 0; d < p.head_dim_qk; ++d) s += ld_dt(p.q, qoff + d, p.q_dtype) * ld<KDT>(p.k, ko + d);

@@ -55,8 +55,9 @@ extern "C" int kernels_plan(const int32_t* qo_indptr, const int32_t* kv_lens, in
   info[INFO_TOTAL_ROWS] = total_rows;
   if (!sched) return 0;
   if (ws > float_workspace_bytes)
-    return kernels_fail("plan(): float_workspace_buffer is %lld bytes but the schedule needs %lld (%lld partial rows)",
-                        (long long)float_workspace_bytes, (long long)ws, (long long)slots);
+    return kernels_fail("plan(): float_workspace_buffer is %lld bytes but the schedule needs %lld "
+                        "(%lld partial rows at max_kv_chunk %lld)",
+                        (long long)float_workspace_bytes, (long long)ws, (long long)slots, (long long)chunk);
   if (num_work > work_capacity || total_rows > row_capacity)
     return kernels_fail("plan(): schedule of %lld work items and %lld rows exceeds its buffer (%lld, %lld)",
                         (long long)num_work, (long long)total_rows, (long long)work_capacity, (long long)row_capacity);

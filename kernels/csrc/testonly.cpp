@@ -1,8 +1,10 @@
 // Injected failures for the harness's own tests (kernels/testonly.py, KERNELS_TESTONLY=1):
 // each one is what a broken kernel does to the process.
 #include <stdlib.h>
+#include <string.h>
 #include "errors.h"
 #include "platform.h"
+#include "testonly.h"
 
 __global__ void testonly_divide_kernel(volatile int* out, int divisor) { out[threadIdx.x] = 1000 / divisor; }
 __global__ void testonly_spin_kernel(volatile int* flag) {
@@ -35,4 +37,23 @@ extern "C" int kernels_testonly_fault(int kind, int divisor, void* flag, void* s
       return 0;
   }
   return kernels_fail("testonly: unknown fault %d", kind);
+}
+
+int kernels_testonly_kernel_fault(int* fault) {
+  // Indexed by the TF_ codes of testonly.h.
+  static const char* const names[] = {"", "merge_no_max", "softmax_no_max", "empty_skipped",
+                                      "masked_row_nan"};
+  *fault = TF_NONE;
+  const char* want = getenv("KERNELS_TESTONLY_FAULT");
+  if (!want || !*want) return 0;
+  const char* allowed = getenv("KERNELS_TESTONLY");
+  if (!allowed || strcmp(allowed, "1") != 0)
+    return kernels_fail("KERNELS_TESTONLY_FAULT=%s: set KERNELS_TESTONLY=1 to reach injected faults", want);
+  for (int i = 1; i < (int)(sizeof names / sizeof names[0]); ++i)
+    if (strcmp(want, names[i]) == 0) {
+      *fault = i;
+      return 0;
+    }
+  return kernels_fail("KERNELS_TESTONLY_FAULT=%s: unknown; known: merge_no_max, softmax_no_max, "
+                      "empty_skipped, masked_row_nan", want);
 }
