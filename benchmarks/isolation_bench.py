@@ -44,7 +44,8 @@ def run(cases_file: Path | None, target: str, n: int, *extra: str) -> tuple[floa
         return wall, rows, proc.returncode
 
 
-def crash_recovery(crashes: int, normal: int, replay: bool) -> None:
+def crash_recovery(crashes: int, normal: int, replay: bool) -> dict:
+    """Prints the figures and returns them (benchmarks/crash.py puts them in the bench table)."""
     from harness.targets.faults import fault_case
 
     every = max(1, normal // crashes)
@@ -62,13 +63,21 @@ def crash_recovery(crashes: int, normal: int, replay: bool) -> None:
             path.write_text(json.dumps([c.to_json() for c in cases]))
             files.append(path)
         extra = () if replay else ("--no-replay",)
+        from benchmarks.common import children_cpu  # CPU seconds barely move with other load
+        cpu0 = children_cpu()
         t_crash, rows_c, rc_c = run(files[0], "faults", 2, *extra)
+        cpu1 = children_cpu()
         t_base, rows_b, rc_b = run(files[1], "faults", 2, *extra)
+        cpu_crash, cpu_base = cpu1 - cpu0, children_cpu() - cpu1
     label = "with culprit replay" if replay else "without replay"
     print(f"crash recovery ({label}): {k} crashes among {len(with_crashes)} cases, -n 2: "
           f"{t_crash:.1f} s vs {t_base:.1f} s without crashes -> "
           f"{(t_crash - t_base) / k:.2f} s per crash "
           f"(rows {rows_c}/{len(with_crashes)}, exit {rc_c}; baseline rows {rows_b}, exit {rc_b})")
+    return {"replay": replay, "crashes": k, "cases": len(with_crashes), "wall_crash_s": t_crash,
+            "wall_base_s": t_base, "per_crash_s": (t_crash - t_base) / k,
+            "cpu_crash_s": cpu_crash, "cpu_base_s": cpu_base,
+            "rows": rows_c, "exit": rc_c, "baseline_rows": rows_b, "baseline_exit": rc_b}
 
 
 def throughput(ns=(1, 2)) -> None:

@@ -9,22 +9,53 @@ Refusals raise ValueError naming the field, the planned (or required) value and 
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import AbstractSet, Callable
 
 import torch
+
+from ._lib import DTYPE_CODES
 
 NAMES: dict[str, str] = {}
 _UNFIXED: dict[str, Callable] = {}
 
+_ENV = "KERNELS_DISABLE_GUARDS"
+_NONE: frozenset = frozenset()
+# Every guard call reads the variable (about ten per run()), and os.environ.get encodes the
+# key and decodes the value each time, which alone cost more than the guards' checks. Its
+# backing dict, which every write through os.environ updates, answers the same question in
+# one lookup; the parsed names are kept per raw value (and per registry size, for `all`).
+try:
+    _ENV_KEY = os.environ.encodekey(_ENV)
+except AttributeError:  # pragma: no cover - os.environ is always an os._Environ at import
+    _ENV_KEY = _ENV
+_PARSED: dict = {}
 
-def disabled() -> set[str]:
-    raw = os.environ.get("KERNELS_DISABLE_GUARDS", "")
+
+def _parse(raw: str) -> frozenset:
     names = {n.strip() for n in raw.split(",") if n.strip()}
     if "all" in names:
-        return set(NAMES)
+        return frozenset(NAMES)
     unknown = names - set(NAMES)
     if unknown:
-        raise ValueError(f"KERNELS_DISABLE_GUARDS: unknown guard(s) {sorted(unknown)}; known: {sorted(NAMES)}")
+        raise ValueError(f"{_ENV}: unknown guard(s) {sorted(unknown)}; known: {sorted(NAMES)}")
+    return frozenset(names)
+
+
+def disabled() -> AbstractSet[str]:
+    """The guards KERNELS_DISABLE_GUARDS turns off now (read at every call; unknown names raise)."""
+    try:  # the stored value (None when unset), without os.environ.get's conversions
+        raw = os.environ._data.get(_ENV_KEY)
+    except AttributeError:  # os.environ replaced by a plain mapping
+        raw = os.environ.get(_ENV)
+    if raw is None:
+        return _NONE
+    hit = _PARSED.get(raw)
+    if hit is not None and hit[0] == len(NAMES):
+        return hit[1]
+    names = _parse(os.environ.get(_ENV, ""))  # raises again on every call while a name is unknown
+    if len(_PARSED) > 64:
+        _PARSED.clear()
+    _PARSED[raw] = (len(NAMES), names)
     return names
 
 
@@ -40,7 +71,8 @@ def guard(name: str, doc: str, unfixed: Callable | None = None):
             _UNFIXED[name] = unfixed
 
         def wrapper(*args, **kwargs):
-            if enabled(name):
+            # disabled() is looked up at call time: a build that overrides it turns guards off.
+            if name not in disabled():
                 return fn(*args, **kwargs)
             return unfixed(*args, **kwargs) if unfixed is not None else None
         wrapper.__name__ = fn.__name__
@@ -66,7 +98,8 @@ def _copy_listed(where, tensors, copy=()):
 def last_dim_contiguous(where: str, tensors: dict, copy=()) -> dict:
     out = {}
     for name, t in tensors.items():
-        if t is not None and t.dim() > 0 and t.stride(-1) != 1 and t.shape[-1] > 1:
+        # stride()[-1] rather than stride(-1): the same value, without the index argument's parsing.
+        if t is not None and t.dim() > 0 and t.stride()[-1] != 1 and t.shape[-1] > 1:
             if name in copy:
                 t = t.contiguous()
             else:
@@ -82,7 +115,8 @@ def out_contiguous(where: str, tensors: dict, shapes: dict) -> None:
         if t is None:
             continue
         want = shapes.get(name)
-        if want is not None and tuple(t.shape) != tuple(want):
+        # torch.Size is a tuple: it compares with a tuple as tuple(t.shape) would.
+        if want is not None and t.shape != (want if type(want) is tuple else tuple(want)):
             raise ValueError(f"{where}: {name} must have shape {tuple(want)} but has {tuple(t.shape)}")
         if not t.is_contiguous():
             raise ValueError(f"{where}: {name} must be contiguous (the kernels write it packed) "
@@ -109,7 +143,6 @@ def state_contiguous(where: str, v: dict, s: dict) -> None:
 
 @guard("dtype_supported", "q/k/v/out dtypes must be float16, bfloat16 or float32")
 def dtype_supported(where: str, tensors: dict) -> None:
-    from ._lib import DTYPE_CODES
     for name, t in tensors.items():
         if t is not None and t.dtype not in DTYPE_CODES:
             raise ValueError(f"{where}: {name} dtype is {t.dtype}; supported: float16, bfloat16, float32")
@@ -118,8 +151,10 @@ def dtype_supported(where: str, tensors: dict) -> None:
 @guard("device_matches", "tensors must live where the built platform runs kernels (CPU for host, CUDA for GPUs)")
 def device_matches(where: str, platform: str, tensors: dict) -> None:
     want = "cpu" if platform == "host" else "cuda"
+    cpu = want == "cpu"
     for name, t in tensors.items():
-        if t is not None and t.device.type != want:
+        # is_cpu / is_cuda say device.type == "cpu" / "cuda" without building a torch.device.
+        if t is not None and not (t.is_cpu if cpu else t.is_cuda):
             raise ValueError(f"{where}: {name} is on {t.device} but the {platform} library runs on {want}")
 
 
@@ -151,9 +186,11 @@ def kv_shapes_agree(where: str, fields: dict) -> None:
        "run() tensors agree with plan(): rank, heads, head dims, page size, dtype, at least the planned rows")
 def run_matches_plan(where: str, checks) -> None:
     """checks: (field, planned, given, tensor name[, "at_least"]) tuples."""
-    for field, want, have, src, *mode in checks:
-        at_least = bool(mode)
-        if (have < want) if at_least else (have != want):
+    for check in checks:
+        # Any fifth item means "at least". Indexed, not unpacked: this loop runs in every run().
+        at_least = len(check) > 4
+        if (check[2] < check[1]) if at_least else (check[2] != check[1]):
+            field, want, have, src = check[:4]
             more = "at least " if at_least else ""
             raise ValueError(f"{where}: {field} is {more}{_show(want)} in plan() but {src} has {_show(have)}")
 

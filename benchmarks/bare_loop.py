@@ -1,0 +1,146 @@
+"""The engine's per-case work without the engine: execute_case in a plain loop, one process.
+
+    python -m benchmarks.bare_loop [--family F,G | --cases-file CASES.json]  -> one JSON line
+
+Each case runs through harness.execute.execute_case, the function a pytest worker calls, so
+the loop does exactly the engine's per-case work (build inputs, adapter + library call, canary
+check, reference, compare, classify) and nothing else. Its stages are timed by wrapping the
+names execute_case looks up in its module, never by copying its steps, so the breakdown
+follows execute_case as it changes.
+
+Two engine costs are timed after each case and kept out of the loop's total: the worker's
+breadcrumbs (harness.isolation.WorkerState: begin, one write per stage the case reached, end,
+in a state directory made as the plugin makes it) and the row write (case_row, then
+table.append_row).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+# Stage -> the names execute_case (and its helpers in harness.execute) call for it. A name the
+# module no longer has is skipped; its time then shows up under "other".
+STAGE_NAMES = {
+    "build inputs": ("build_problem",),
+    "reference": ("attention_reference", "attention_baseline"),
+    "compare": ("compare", "missing", "summarize", "output_tolerance", "lse_tolerance"),
+    "classify": ("classify", "crash_verdict"),
+}
+STAGES = ("build inputs", "library call", "canary check", "reference", "compare", "classify",
+          "other", "breadcrumbs", "row write")
+ENGINE_ONLY = ("breadcrumbs", "row write")
+
+
+class StageClock:
+    """Seconds per stage, accumulated by wrapped callables."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._undo: list = []
+
+    def wrap(self, stage: str, fn):
+        seconds = self.seconds
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                seconds[stage] += time.perf_counter() - start
+        return timed
+
+    def patch(self, owner, name: str, stage: str) -> None:
+        if hasattr(owner, name):
+            original = getattr(owner, name)
+            setattr(owner, name, self.wrap(stage, original))
+            self._undo.append((owner, name, original))
+
+    def restore(self) -> None:
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        self._undo.clear()
+
+
+def instrument(clock: StageClock, target) -> None:
+    from harness import builders, execute
+    for stage, names in STAGE_NAMES.items():
+        for name in names:
+            clock.patch(execute, name, stage)
+    clock.patch(builders.Buffers, "check", "canary check")
+    # The instance attribute shadows the method: execute_case's target.run(...) is timed.
+    target.run = clock.wrap("library call", target.run)
+
+
+def breadcrumbs(state_dir: str):
+    """The worker's writes around one case, as harness.plugin.run_case makes them."""
+    from harness import isolation
+    state = isolation.WorkerState(state_dir, "gw0")
+
+    def write(case, stages: list[str]) -> None:
+        state.begin(case.id, isolation.case_timeout(dict(case.params)))
+        for name in stages:
+            state.stage(name)
+        state.end(case.id)
+    return write
+
+
+def row_writer(target, results: Path):
+    """The engine's row path for one finished case: case_row, then the durable append."""
+    from harness import platform_info, table
+    from harness.plugin import case_row
+    context = {"arch": platform_info.arch(), "target": target.name}
+
+    def write(case, result) -> None:
+        table.append_row(results, case_row(case, result, **context))
+    return write
+
+
+def run_loop(families=None, cases_file: str | None = None) -> dict:
+    from harness.execute import execute_case
+    from harness.plugin import select_cases
+    from harness.targets import load_target
+
+    cases = select_cases("bundled", families, cases_file=cases_file)
+    target = load_target("bundled")
+    clock = StageClock()
+    instrument(clock, target)
+    outcomes: Counter = Counter()
+    loop_s = 0.0
+    with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:
+        write_row = row_writer(target, Path(tmp) / "rows.jsonl")
+        write_crumbs = breadcrumbs(tempfile.mkdtemp(prefix="harness-state-", dir=tmp))
+        for case in cases:
+            stages: list[str] = []
+            start = time.perf_counter()
+            result = execute_case(case, target, on_stage=stages.append)
+            loop_s += time.perf_counter() - start
+            outcomes[result.outcome] += 1
+            for name, write, arg in (("breadcrumbs", write_crumbs, stages),
+                                     ("row write", write_row, result)):
+                mark = time.perf_counter()
+                write(case, arg)
+                clock.seconds[name] += time.perf_counter() - mark
+    clock.restore()
+    timed_stages = sum(v for k, v in clock.seconds.items() if k not in ENGINE_ONLY)
+    clock.seconds["other"] = max(0.0, loop_s - timed_stages)
+    return {"cases": len(cases), "loop_s": loop_s, "outcomes": dict(outcomes),
+            "stages": {s: clock.seconds.get(s, 0.0) for s in STAGES}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", default=None, help="families, comma-separated [all]")
+    ap.add_argument("--cases-file", default=None, help="a JSON list of cases instead of families")
+    args = ap.parse_args(argv)
+    families = [f for f in (args.family or "").split(",") if f] or None
+    print(json.dumps(run_loop(families, args.cases_file)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
