@@ -85,6 +85,7 @@ class Controller:
     def pytest_sessionfinish(self, session, exitstatus):
         run = self.run
         run.replays.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        table.sync(run.results)
         if run.results.exists() and run.default_results:
             ctx = _any_context(run)
             if ctx.get("arch"):

@@ -63,6 +63,16 @@ def case_timeout(params: dict, base: float | None = None) -> float:
 
 # ---------------------------------------------------------------- worker side
 
+def state_tempdir() -> str:
+    """A fresh folder for the workers' breadcrumbs, in memory where the system has one:
+    the state file is replaced at every stage, and on a disk each rename waits for
+    the data to reach it (measured at 1.6-2.5 ms a write on a busy disk, 46% of a
+    worker's time; under 0.2 ms on tmpfs)."""
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="harness-state-", dir=where)
+
+
 class WorkerState:
     """The worker's breadcrumbs: faulthandler file + JSON state file.
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -133,7 +132,7 @@ def pytest_configure(config):
         run.run_id = config.getoption("run_id") or _new_run_id()
         if run.results.exists():
             run.results.unlink()
-    run.state_dir = tempfile.mkdtemp(prefix="harness-state-")
+    run.state_dir = isolation.state_tempdir()
     from harness.controller import Controller, ReplayQueue, XdistHooks
     run.replays = ReplayQueue(run)
     config.pluginmanager.register(Controller(run), "harness-controller")
@@ -174,7 +173,7 @@ def pytest_generate_tests(metafunc):
 
 def _worker_state(run: Run) -> isolation.WorkerState:
     if run.state is None:
-        state_dir = run.state_dir or tempfile.mkdtemp(prefix="harness-state-")
+        state_dir = run.state_dir or isolation.state_tempdir()
         run.state_dir = state_dir
         run.state = isolation.WorkerState(state_dir, run.worker)
     return run.state
