@@ -7,6 +7,7 @@ test logic, no tensors, no library imports.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from typing import Iterable
 
@@ -35,12 +36,21 @@ def load_family(name: str):
     return module
 
 
+# "ci": every family x route and every axis, minutes on 2 cores. "full": what a GPU
+# runs in minutes: long contexts, offsets past 2^31, every dtype in the sweeps, the
+# value and edge-row families in every call form. A family whose cases(routes,
+# profile=...) takes the profile gets it; the others are the same in both.
+PROFILES = ("ci", "full")
+
+
 def generate(families: Iterable[str] | None = None,
-             routes: Iterable[str] = BUNDLED_ROUTES) -> list[Case]:
+             routes: Iterable[str] = BUNDLED_ROUTES, profile: str = "ci") -> list[Case]:
     """Every case of the named families (all when None) on the given routes.
 
     Ids must be unique: two cases with one id would share a row and a seed.
     """
+    if profile not in PROFILES:
+        raise ValueError(f"--profile: {profile!r} is not one of {list(PROFILES)}")
     routes = tuple(routes)
     for route in routes:
         op_of(route)
@@ -48,7 +58,9 @@ def generate(families: Iterable[str] | None = None,
     seen: dict[str, Case] = {}
     for name in (family_names() if families is None else list(families)):
         module = load_family(name)
-        for case in module.cases(routes):
+        takes_profile = "profile" in inspect.signature(module.cases).parameters
+        for case in (module.cases(routes, profile=profile) if takes_profile
+                     else module.cases(routes)):
             if case.id in seen:
                 raise ValueError(f"duplicate case id {case.id!r} in family {name!r}: "
                                  f"params {dict(case.params)} vs {dict(seen[case.id].params)}")

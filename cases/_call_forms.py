@@ -19,10 +19,15 @@ FORMS = (
 )
 
 
-def forms(params: dict, tag: str):
-    """(params, tag) for the case as written, then for every other call form that
-    changes something (a form equal to the written one is not repeated)."""
+def forms(params: dict, tag: str, crossed: bool = True):
+    """(params, tag) for the case as written, then (when crossed) for every other call
+    form that changes something (a form equal to the written one is not repeated).
+
+    Caller-owned buffers by design (CUDA-graph mode, a partial state to merge into)
+    keep their one form."""
     yield params, tag
+    if not crossed or params.get("use_cuda_graph") or params.get("partial_state"):
+        return
     seen = [params]
     for suffix, sets in FORMS:
         other = {**params, **sets}

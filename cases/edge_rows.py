@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases.values import requires
+from cases._call_forms import forms
 from harness.case import Case, dtype_tag
 from harness.routes import op_of
 
@@ -156,11 +157,12 @@ def _tag(params: dict) -> str:
     return "-".join(bits)
 
 
-def cases(routes) -> Iterator[Case]:
+def cases(routes, profile: str = "ci") -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
         if op not in _BY_OP:
             continue
         for variant, params in _BY_OP[op](route.split(".", 1)[0]):
-            yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect="match", tag=_tag(params), requires=requires(params))
+            for form, tag in forms(params, _tag(params), profile == "full"):
+                yield Case(route=route, family=FAMILY, variant=variant, params=form,
+                           expect="match", tag=tag, requires=requires(params))

@@ -36,16 +36,19 @@ _BASE = {"dtype": "bf16", "num_qo_heads": 8, "num_kv_heads": 2, "qo_lens": [1, 1
          "page_size": 16, "layout": "NHD", "cache_form": "tuple"}
 
 
-def cases(routes) -> Iterator[Case]:
+def cases(routes, profile: str = "ci") -> Iterator[Case]:
+    # The full profile adds fp16 and fp32: a value loop's width is per dtype in some kernels.
+    dtypes = ("bf16", "fp16", "fp32") if profile == "full" else ("bf16",)
     for route in routes:
         if op_of(route) not in OPS:
             continue
-        for head_size in HEAD_SIZES:
-            for window in WINDOWS:
-                params = {**_BASE, "head_dim": head_size,
-                          "window_left": -1 if window is None else window}
-                variant = f"d{head_size}" + ("" if window is None else f"_window{window}")
-                tag = f"bf16-d{head_size}-h8x2-p16"
-                expect = "match" if head_size & (head_size - 1) == 0 else "match_or_refuse"
-                yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                           expect=expect, tag=tag)
+        for dtype in dtypes:
+            for head_size in HEAD_SIZES:
+                for window in WINDOWS:
+                    params = {**_BASE, "dtype": dtype, "head_dim": head_size,
+                              "window_left": -1 if window is None else window}
+                    variant = f"d{head_size}" + ("" if window is None else f"_window{window}")
+                    tag = f"{dtype}-d{head_size}-h8x2-p16"
+                    expect = "match" if head_size & (head_size - 1) == 0 else "match_or_refuse"
+                    yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                               expect=expect, tag=tag)

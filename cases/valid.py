@@ -307,15 +307,19 @@ _SWEEP_SHAPE = {
 }
 
 
-def sweeps(op: str):
-    """(variant, params, tag, expect): group sizes and head sizes on one op."""
+def sweeps(op: str, dtypes=("bf16", "fp16")):
+    """(variant, params, tag, expect): group sizes (in dtypes[0]) and head sizes (in
+    dtypes[1]) on one op; the full profile passes every dtype for both."""
     shape = dict(_SWEEP_SHAPE[op], window_left=-1, return_lse=op != "mixed_batch")
-    for g in GROUP_SIZES:
-        p = _base("bf16", 64, (2 * g, 2), **shape)
-        yield f"group{g}", p, _tag(p), "match"
-    for d in SWEEP_HEAD_DIMS:
-        p = _base("fp16", d, (4, 2), **shape)
-        yield f"head_dim{d}", p, _tag(p), "match" if d in COMMON_HEAD_DIMS else "match_or_refuse"
+    for dtype in dtypes[:1] if len(dtypes) == 2 else dtypes:
+        for g in GROUP_SIZES:
+            p = _base(dtype, 64, (2 * g, 2), **shape)
+            yield f"group{g}", p, _tag(p), "match"
+    for dtype in dtypes[1:] if len(dtypes) == 2 else dtypes:
+        for d in SWEEP_HEAD_DIMS:
+            p = _base(dtype, d, (4, 2), **shape)
+            yield f"head_dim{d}", p, _tag(p), \
+                "match" if d in COMMON_HEAD_DIMS else "match_or_refuse"
 
 
 _BY_OP = {
@@ -329,7 +333,7 @@ _BY_OP = {
 }
 
 
-def cases(routes) -> Iterator[Case]:
+def cases(routes, profile: str = "ci") -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
         if op not in _BY_OP:
@@ -337,6 +341,7 @@ def cases(routes) -> Iterator[Case]:
         for variant, params, tag in _BY_OP[op]():
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match", tag=tag)
-        for variant, params, tag, expect in sweeps(op):
+        dtypes = ("bf16", "fp16", "fp32") if profile == "full" else ("bf16", "fp16")
+        for variant, params, tag, expect in sweeps(op, dtypes):
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect=expect, tag=tag)

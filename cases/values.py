@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._call_forms import forms
 from harness.case import Case, dtype_tag
 from harness.routes import op_of
 
@@ -148,7 +149,7 @@ def _variant(params: dict) -> str:
     return "_".join(bits)
 
 
-def cases(routes) -> Iterator[Case]:
+def cases(routes, profile: str = "ci") -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
         if op not in _BY_OP:
@@ -158,6 +159,7 @@ def cases(routes) -> Iterator[Case]:
             for i in range(len(DTYPES)):
                 for params in _BY_OP[op](kind, i, backend):
                     tag = "-".join([dtype_tag(params), *_bits(params)])
-                    yield Case(route=route, family=FAMILY, variant=_variant(params),
-                               params=params, expect="match", tag=tag,
-                               requires=requires(params))
+                    for form, form_tag in forms(params, tag, profile == "full"):
+                        yield Case(route=route, family=FAMILY, variant=_variant(params),
+                                   params=form, expect="match", tag=form_tag,
+                                   requires=requires(params))

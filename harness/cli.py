@@ -75,6 +75,9 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--case-id", default=None, help="only ids containing this substring")
     p.add_argument("--cases-file", default=None, type=absolute_path,
                    help="a JSON list of cases instead of families")
+    p.add_argument("--profile", default=None, choices=("ci", "full"),
+                   help="how many cases: ci (minutes on 2 cores) or full (thousands, for a GPU) "
+                        "[full with a GPU, else ci]")
 
 
 def positive_seconds(text: str) -> float:
@@ -104,7 +107,7 @@ def count(minimum: int):
 def _select(args):
     from harness.plugin import csv_list, select_cases
     return select_cases(args.target, csv_list(args.family), csv_list(args.route), args.case_id,
-                        args.cases_file)
+                        args.cases_file, getattr(args, "profile", None))
 
 
 # ------------------------------------------------------------------ list
@@ -131,7 +134,7 @@ def pytest_command(args, results: Path) -> list[str]:
     if args.reruns:
         cmd += ["--reruns", str(args.reruns)]
     for opt in ("family", "route", "case_id", "cases_file", "disable_guards", "case_timeout",
-                "run_id", "repeat"):
+                "run_id", "repeat", "profile"):
         value = getattr(args, opt, None)
         if value is not None:
             cmd += ["--" + opt.replace("_", "-"), str(value)]
@@ -423,7 +426,8 @@ def cmd_check(args) -> int:
     from harness import table
     from harness.plugin import default_results_path
 
-    selection = table.selection_slug(args.family, args.route, args.case_id, args.cases_file)
+    selection = table.selection_slug(args.family, args.route, args.case_id, args.cases_file,
+                                     args.profile)
     results = (Path(args.results).resolve() if args.results else
                default_results_path(args.target, selection, args.results_dir))
     cmd = pytest_command(args, results)

@@ -23,7 +23,7 @@ import pytest
 from harness import isolation, table
 from harness.row import case_row  # noqa: F401  (re-exported: the repro path builds rows too)
 from harness.session import (ROW_KEY, RUN, Run, case_id_of, csv_list,  # noqa: F401
-                             get_run, resolve_repeat, select_cases)
+                             default_profile, get_run, resolve_repeat, select_cases)
 
 DEFAULT_TARGET = "bundled"
 
@@ -47,6 +47,8 @@ def pytest_addoption(parser):
     g.addoption("--run-id", default=None, help="run id recorded on every row")
     g.addoption("--no-replay", action="store_true",
                 help="skip culprit replay of crashes (rows get isolation '' unless alone)")
+    g.addoption("--profile", default=None, choices=("ci", "full"),
+                help="how many cases: ci (minutes on 2 cores) or full [full with a GPU, else ci]")
     g.addoption("--repeat", type=int, default=None,
                 help="run each case N times in its worker and compare the answers bitwise "
                      "[1 on the host, 2 with a GPU]")
@@ -70,7 +72,7 @@ def default_results_path(target: str = DEFAULT_TARGET, selection: str = "",
 
 def selection_of(config) -> str:
     return table.selection_slug(*(config.getoption(o) for o in
-                                  ("family", "route", "case_id", "cases_file")))
+                                  ("family", "route", "case_id", "cases_file", "profile")))
 
 
 def check_guard_names(value: str | None, target: str = DEFAULT_TARGET) -> None:
@@ -217,7 +219,8 @@ def run_case(request, case) -> dict:
         result, attempts = execute_repeated(case, target, run.repeat(), on_stage=state.stage)
     finally:
         state.end(case.id)
-    row = case_row(case, result, attempts=attempts, repeat=run.repeat(), **_context(run, target))
+    row = case_row(case, result, attempts=attempts, repeat=run.repeat(),
+                   profile=run.opt("profile") or default_profile(), **_context(run, target))
     sick = isolation.health_probe()
     if sick is None and is_sticky(row):
         sick = row["message"]

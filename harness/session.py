@@ -23,8 +23,14 @@ def csv_list(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def default_profile() -> str:
+    """"full" with a GPU (thousands of cases in minutes), "ci" without."""
+    import torch
+    return "full" if torch.cuda.is_available() else "ci"
+
+
 def select_cases(target_name: str, families=None, routes=None, case_id=None,
-                 cases_file=None) -> list:
+                 cases_file=None, profile: str | None = None) -> list:
     """The cases a run covers, in generation order (deterministic everywhere)."""
     from harness.case import Case
     from harness.targets import load_target
@@ -32,7 +38,7 @@ def select_cases(target_name: str, families=None, routes=None, case_id=None,
     if cases_file:
         cases = [Case.from_json(d) for d in json.loads(Path(cases_file).read_text())]
     else:
-        cases = list(load_target(target_name).cases(families))
+        cases = list(load_target(target_name).cases(families, profile or default_profile()))
     if routes:
         available = {c.route for c in cases}
         unknown = set(routes) - available
@@ -82,7 +88,7 @@ class Run:
         if self._cases is None:
             self._cases = select_cases(self.opt("target"), csv_list(self.opt("family")),
                                        csv_list(self.opt("route")), self.opt("case_id"),
-                                       self.opt("cases_file"))
+                                       self.opt("cases_file"), self.opt("profile"))
         return self._cases
 
     def cases_by_id(self) -> dict:

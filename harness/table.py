@@ -24,21 +24,23 @@ COLUMNS = (
     "expect", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
     "first_bad_index", "message", "error_type", "stage", "duration_s",
     "severity", "tolerance", "baseline_error", "rel_error", "error_ratio",
-    "attempts", "repeat", "reruns", "isolation", "worker", "disable_guards",
+    "attempts", "repeat", "profile", "reruns", "isolation", "worker", "disable_guards",
 )
 ISOLATION = ("", "culprit", "victim", "alone")
 
 RESULTS_DIR = Path("results")
 
 
-def selection_slug(family=None, route=None, case_id=None, cases_file=None) -> str:
+def selection_slug(family=None, route=None, case_id=None, cases_file=None,
+                   profile=None) -> str:
     """'' for a full run; else a short, file-name-safe name of what the run selected.
 
     A partial run writes its own table, so it never replaces the full table
     that reports and the ledger read.
     """
     parts = [f"{k}={v}" for k, v in (("family", family), ("route", route), ("case", case_id),
-                                     ("cases", Path(cases_file).stem if cases_file else None))
+                                     ("cases", Path(cases_file).stem if cases_file else None),
+                                     ("profile", profile))
              if v]
     if not parts:
         return ""

@@ -34,10 +34,10 @@ class Target:
     # run. For any other library those are findings that fail only with --strict.
     owns_contract: bool = False
 
-    def cases(self, families=None) -> list:
+    def cases(self, families=None, profile: str = "ci") -> list:
         """The families' cases on this target's routes (a target may add its own)."""
         import cases as families_pkg
-        return families_pkg.generate(families, routes=self.routes)
+        return families_pkg.generate(families, routes=self.routes, profile=profile)
 
     def validate_options(self, disable_guards: str | None = None) -> None:
         """Refuse options this target cannot honour (ValueError naming the option)."""

@@ -95,7 +95,7 @@ class FaultsTarget(Target):
     def platform(self) -> str:
         return "host"
 
-    def cases(self, families=None):
+    def cases(self, families=None, profile: str = "ci"):
         """One case per fault kind (the test-only `faults` family)."""
         return [fault_case(f) for f in FAULTS]
 
