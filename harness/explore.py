@@ -1,4 +1,4 @@
-"""`python -m harness explore`: property-based search that shrinks failures to case files.
+"""`harness explore`: property-based search that shrinks failures to case files.
 
 Hypothesis draws cases from harness/strategies.py (the families' params, valid and
 adversarial) and the property is "the row passes". Each failing class of rows is
@@ -524,6 +524,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="python -m harness explore")
+    p = argparse.ArgumentParser(prog="harness explore")
     add_arguments(p)
     sys.exit(main(p.parse_args()))

@@ -51,7 +51,7 @@ def _q(c, q: torch.Tensor, field, n):
     if field == "head_dim_qk":
         return _resize(q, -1, n)
     if field == "rank":
-        return q.reshape(q.shape[0], -1)
+        return q.flatten(1)
     if field == "q_rows":
         return _resize(q, 0, n)
     if field == "dtype":

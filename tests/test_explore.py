@@ -1,0 +1,227 @@
+"""The explorer: drawn cases keep the families' contracts, a found failure is shrunk,
+saved and replays the same through repro and check, guards on it finds nothing, and a
+bad option is one line and exit 2."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cases import generate
+from harness import cli, explore
+from harness.case import Case
+from harness.plugin import case_row
+from harness.routes import BUNDLED_ROUTES, op_of
+from harness.strategies import contract
+
+ROOT = Path(__file__).resolve().parent.parent
+CLASS_LINE = re.compile(r"^(\w+)\s+(\S+)\s+(\S+\.json)")
+
+
+def harness(*args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def found_classes(stdout: str) -> list[tuple[str, str, Path]]:
+    """(outcome, case id, file) of each class line explore printed."""
+    return [(m[1], m[2], Path(m[3])) for m in map(CLASS_LINE.match, stdout.splitlines()) if m]
+
+
+# ---- the contract is the families' ------------------------------------------------------------
+
+CONTRACT_FAMILIES = ["valid", "strided", "misplanned", "gqa", "small_head", "values",
+                     "edge_rows", "mixed_batch"]
+
+
+@pytest.mark.parametrize("profile", ["ci", "full"])
+def test_contract_gives_every_family_case_its_own_expectation(profile):
+    family_cases = [c for c in generate(CONTRACT_FAMILIES, BUNDLED_ROUTES, profile=profile)
+                    if not c.params.get("scenario")]
+    wrong = [(c.id, contract(op_of(c.route), c.params), c.expect, c.refuse_words)
+             for c in family_cases
+             if contract(op_of(c.route), c.params) != (c.expect, tuple(c.refuse_words))]
+    assert len(family_cases) > 500 and not wrong, wrong[:5]
+
+
+def test_contract_of_partial_state_without_lse_is_graph_replans():
+    # graph_replan states it through its scenario's prefix; a drawn case through partial_state.
+    case = next(c for c in generate(["graph_replan"], BUNDLED_ROUTES)
+                if c.variant == "partial_state_without_lse")
+    params = {**case.params, "partial_state": True}
+    assert contract("paged_prefill", params) == (case.expect, tuple(case.refuse_words))
+
+
+def test_contract_of_drawn_mismatches_names_any_dtype_torchs_way():
+    base = {"dtype": "fp32", "head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2,
+            "qo_lens": [3], "kv_lens": [9]}
+    assert contract("ragged_prefill", {**base, "mismatch": {"field": "dtype", "value": "bf16"}}) \
+        == ("refuse", ("dtype", "float32", "bfloat16"))
+    assert contract("ragged_prefill", {**base, "mismatch": {"field": "q_rows", "value": 4}}) \
+        == ("match", ())
+    assert contract("batch_decode", {**base, "qo_lens": [1, 1], "kv_lens": [4, 5],
+                                     "mismatch": {"field": "q_rows", "value": 0}}) \
+        == ("refuse", ("batch_size", "2", "0"))
+
+
+# ---- the search loop, with a fake runner ---------------------------------------------------------
+
+def _opts(tmp_path, **over) -> explore.Options:
+    base = dict(target="bundled", routes=["fa2.paged_prefill", "fa2.single_prefill"],
+                families=["valid", "gqa"], budget_s=4.0, seed=3, disable_guards=None,
+                out=tmp_path, case_timeout=None, saved=True)
+    return explore.Options(**{**base, **over})
+
+
+def _fake_run(case: Case, timeout_s: float, cut_s: float) -> dict:
+    """Two planted defects: a paged request with kv_len >= 17 is wrong; a GQA group
+    that does not divide crashes. Everything else passes."""
+    p = case.params
+    if case.variant.startswith("gqa."):
+        outcome = "crash"
+    elif case.route == "fa2.paged_prefill" and max(p["kv_lens"]) >= 17:
+        outcome = "wrong"
+    else:
+        outcome = "refused" if case.expect == "refuse" else "match"
+    return case_row(case, outcome=outcome, message="", **{"pass": outcome in case.allowed()})
+
+
+def test_search_shrinks_each_class_and_keeps_looking(tmp_path, monkeypatch):
+    replays = []
+
+    def fake_step(*a, **kw):
+        def step(case):
+            replays.append(case.id)
+            return (_fake_run(case, 0, 0)["outcome"], False)
+        return step
+    monkeypatch.setattr("harness.shrink.subprocess_step", fake_step)
+    explorer = explore.Explorer(_opts(tmp_path), _fake_run)
+    explorer.search()
+    found = explorer.found
+    assert set(found) == {("valid", "fa2.paged_prefill", "wrong"), ("gqa", "crash")}
+    wrong = found[("valid", "fa2.paged_prefill", "wrong")].case.params
+    # Minimal: one request, at the first length a tile edge list offers past 16.
+    assert wrong["kv_lens"] == [17] and wrong["qo_lens"] == [1], wrong
+    assert "max_kv_chunk" not in wrong and "values" not in wrong, wrong
+    crash = found[("gqa", "crash")].case
+    # The first route, the first head counts gqa refuses.
+    assert crash.route == "fa2.paged_prefill" and crash.expect == "refuse"
+    assert (crash.params["num_qo_heads"], crash.params["num_kv_heads"]) == (12, 8)
+    # Each class saved once, replayed once, and the saved file reads back as the case.
+    assert sorted(replays) == sorted(f.case.id for f in found.values())
+    for f in found.values():
+        assert [Case.from_json(d) for d in json.loads(f.path.read_text())] == [f.case]
+    # Both classes found, the search went on until the budget was spent.
+    assert explorer.stats.search_s >= 4.0 and explorer.stats.rounds > 2
+    lines = explore.report_lines(explorer)
+    assert len(lines) == 3 and "2 failure class(es)" in lines[-1]
+
+    # A second search re-runs the saved files first: both classes, no round needed.
+    again = explore.Explorer(_opts(tmp_path, budget_s=0.5), _fake_run)
+    again.search()
+    assert set(again.found) == set(found) and all(f.saved for f in again.found.values())
+
+
+# ---- each example in a forked child --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def faults_runner():
+    return explore.ForkRunner("faults")
+
+
+@pytest.mark.parametrize("fault, outcome, says", [
+    ("none", "match", ""), ("wrong", "wrong", "max|diff|"),
+    ("sigfpe", "crash", "SIGFPE during run"), ("segv", "crash", "SIGSEGV"),
+    ("exit3", "crash", "exit 3"),
+])
+def test_fork_runner_turns_a_dying_case_into_its_row(faults_runner, fault, outcome, says):
+    from harness.targets.faults import fault_case
+    row = faults_runner.run(fault_case(fault), timeout_s=60, cut_s=60)
+    assert row["outcome"] == outcome and says in row["message"], row
+
+
+def test_fork_runner_hang_and_budget_cut(faults_runner):
+    from harness.targets.faults import fault_case
+    start = time.monotonic()
+    row = faults_runner.run(fault_case("hang"), timeout_s=1.0, cut_s=30)
+    assert row["outcome"] == "hang" and not row["pass"], row
+    # Stopped by the caller's budget before its own timeout: no verdict at all.
+    assert faults_runner.run(fault_case("hang"), timeout_s=30, cut_s=1.0) is None
+    assert time.monotonic() - start < 20
+
+
+def test_fork_runner_child_runs_after_the_target_computed_while_loading():
+    # torch-sdpa probes its backends when it loads: OpenMP's pool starts in this process.
+    runner = explore.ForkRunner("torch-sdpa")
+    case = Case(route="sdpa_math.single_prefill", family="explore", variant="valid.drawn",
+                params={"dtype": "fp32", "head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2,
+                        "qo_lens": [33], "kv_lens": [129], "causal": True})
+    row = runner.run(case, timeout_s=20, cut_s=20)
+    assert row["outcome"] == "match", row
+
+
+# ---- the whole loop, on the bundled library ------------------------------------------------------
+
+def test_found_failures_are_saved_and_replay_the_same(tmp_path):
+    """Guards off, gqa on single prefill: a silent run and a SIGFPE, each shrunk, saved,
+    and the same again through repro; the SIGFPE also through check's crash-isolated
+    workers."""
+    out = tmp_path / "found"
+    # The budget also pays for each found case's fresh-process replay (a few seconds).
+    r = harness("explore", "--route", "fa2.single_prefill", "--family", "gqa", "--budget", "20s",
+                "--seed", "1", "--disable-guards", "all", "--out", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    classes = found_classes(r.stdout)
+    assert {o for o, _, _ in classes} == {"silent", "crash"}, r.stdout
+    assert "not the same in a fresh process" not in r.stdout, r.stdout
+    assert sorted(out.glob("*.json")) == sorted(p for _, _, p in classes)
+    for outcome, case_id, path in classes:
+        case = Case.from_json(json.loads(path.read_text())[0])
+        assert case.id == case_id and case.expect == "refuse"
+        rep = harness("repro", case_id, "--case-json", str(path), "--json",
+                      "--disable-guards", "all")
+        row = json.loads(rep.stdout.strip().splitlines()[-1])
+        assert (row["outcome"], row["pass"]) == (outcome, False), rep.stdout + rep.stderr
+        if outcome != "crash":
+            continue   # check's pytest run costs seconds; the dying case is the one to see
+        results = tmp_path / f"check-{outcome}"
+        chk = harness("check", "--cases-file", str(path), "--disable-guards", "all",
+                      "--results-dir", str(results), "-n", "1")
+        assert chk.returncode == 1, chk.stdout + chk.stderr
+        rows = [json.loads(l) for t in results.glob("*.jsonl") for l in t.read_text().splitlines()]
+        assert [(x["case_id"], x["outcome"]) for x in rows] == [(case_id, outcome)], rows
+
+
+def test_with_guards_on_a_short_search_finds_nothing(tmp_path):
+    out = tmp_path / "none"
+    r = harness("explore", "--route", "fa2.single_prefill,fa2.ragged_prefill",
+                "--family", "gqa,strided", "--budget", "10s", "--seed", "1",
+                "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not found_classes(r.stdout) and not list(out.glob("*.json"))
+    tail = r.stdout.strip().splitlines()[-1]
+    ran = int(re.search(r"(\d+) cases run \((\d+) skipped", tail)[1])
+    assert ran > 10 and "(0 skipped" in tail and "0 failure class(es)" in tail, tail
+
+
+# ---- options -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, option", [
+    (["--budget", "soon"], "--budget"), (["--budget", "0s"], "--budget"),
+    (["--seed", "one"], "--seed"), (["--target", "nope"], "--target"),
+    (["--route", "fa2.nope"], "--route"), (["--family", "scale"], "--family"),
+    (["--disable-guards", "no_such_guard"], "--disable-guards"),
+    (["--case-timeout", "-1"], "--case-timeout"),
+    (["--route", "fa2.single_decode", "--family", "misplanned"], "--family"),
+])
+def test_bad_option_is_one_line_and_exit_2(args, option, capsys, tmp_path):
+    assert cli.main(["explore", "--out", str(tmp_path), *args]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"explore: {option}"), err
+    assert "Traceback" not in err and not out and not list(tmp_path.iterdir())
