@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness.ledger import DEFAULT_PATH, apply_ledger, load_ledger
+from harness.ledger import DEFAULT_PATH, apply_ledger, apply_ledger_per_arch, load_ledger
 
 
 def rows():
@@ -91,3 +91,20 @@ def test_ledger_per_arch_applies_each_arch_its_own_entries(tmp_path):
     out, errors = apply_ledger_per_arch(df, path)
     assert errors == []
     assert out.set_index("arch")["pass"].to_dict() == {"gfx942": True, "gfx950": False}
+
+
+def test_entries_apply_per_target(tmp_path):
+    import json
+    import pandas as pd
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps([{"target": "torch-sdpa", "arch": "cpu", "case_id": "a/b.c/d",
+                                 "outcome": "crash", "reason": "reviewed"}]))
+    rows = pd.DataFrame([
+        {"target": "torch-sdpa", "arch": "cpu", "case_id": "a/b.c/d", "outcome": "crash",
+         "pass": False, "expect": "match"},
+        {"target": "bundled", "arch": "cpu", "case_id": "a/b.c/d", "outcome": "crash",
+         "pass": False, "expect": "match"}])
+    out, errors = apply_ledger_per_arch(rows, path)
+    assert not errors
+    by_target = out.set_index("target")["pass"].to_dict()
+    assert by_target == {"torch-sdpa": True, "bundled": False}
