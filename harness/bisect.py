@@ -15,6 +15,8 @@ commits, which may not have this module.
 """
 from __future__ import annotations
 
+from harness.repro_command import repro_args
+
 import argparse
 import json
 import os
@@ -90,12 +92,7 @@ def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 
 def repro_command(python: str, case_id: str, disable_guards: str | None = None,
                   target: str | None = None) -> list[str]:
-    cmd = [python, "-m", "harness", "repro", case_id]
-    if target:
-        cmd += ["--target", target]
-    if disable_guards:
-        cmd += ["--disable-guards", disable_guards]
-    return cmd
+    return [python, "-m", "harness", *repro_args(case_id, target, disable_guards)]
 
 
 def first_bad(output: str) -> str | None:

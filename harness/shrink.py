@@ -10,6 +10,8 @@ not the end of the shrink. The result is a new case with a distinct id
 """
 from __future__ import annotations
 
+from harness.repro_command import repro_args, typed
+
 import argparse
 import hashlib
 import json
@@ -153,12 +155,7 @@ def _diff(old: dict, new: dict) -> str:
 def trial_command(case_id: str, case_file: Path, target: str = "bundled",
                   disable_guards: str | None = None, python: str = "python") -> list[str]:
     """`repro` on a JSON case file: the same command a person re-runs by hand."""
-    cmd = [python, "-m", "harness", "repro", case_id, "--case-json", str(case_file)]
-    if target != "bundled":
-        cmd += ["--target", target]
-    if disable_guards:
-        cmd += ["--disable-guards", disable_guards]
-    return cmd
+    return [python, "-m", "harness", *repro_args(case_id, target, disable_guards, case_file)]
 
 
 def _row_from(stdout: str) -> dict | None:
@@ -230,8 +227,7 @@ def write_case_file(case: Case, out_dir: Path) -> Path:
 def repro_command(case: Case, case_file: Path, target: str = "bundled",
                   disable_guards: str | None = None) -> str:
     """The trial's command as a person types it: the `harness` console script."""
-    import shlex
-    return shlex.join(["harness", *trial_command(case.id, case_file, target, disable_guards)[3:]])
+    return typed(repro_args(case.id, target, disable_guards, case_file))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

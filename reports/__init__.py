@@ -5,6 +5,8 @@ nothing else: a report can be rebuilt from the JSON lines alone.
 """
 from __future__ import annotations
 
+from harness.repro_command import repro_args, typed
+
 import json
 import math
 from typing import Any, Iterable
@@ -122,23 +124,13 @@ def guards_of(row: Any) -> list[str]:
     return [str(g).strip() for g in value if str(g).strip()]
 
 
-def shell_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
 def repro_command(row: Any) -> str:
     """The command that re-runs exactly this row's case as its run did."""
-    parts = ["python -m harness repro", shell_quote(str(row.get("case_id")))]
-    case_json = row.get("case_json")
-    if not is_missing(case_json) and case_json:
-        parts.append(f"--case-json {shell_quote(str(case_json))}")
-    target = row.get("target")
-    if target and not is_missing(target) and target != "bundled":
-        parts.append(f"--target {shell_quote(str(target))}")
-    guards = guards_of(row)
-    if guards:
-        parts.append(f"--disable-guards {','.join(guards)}")
-    return " ".join(parts)
+    case_json, target = row.get("case_json"), row.get("target")
+    return typed(repro_args(str(row.get("case_id")),
+                            None if is_missing(target) else str(target),
+                            ",".join(guards_of(row)) or None,
+                            None if is_missing(case_json) or not case_json else str(case_json)))
 
 
 def sort_failures_first(df: pd.DataFrame) -> pd.DataFrame:

@@ -74,9 +74,9 @@ def table(arch="gfx942"):
 
 def test_repro_command_carries_target_and_guards():
     r = row("a/b.c'd", "wrong", False, target="torch-sdpa", disable_guards="x,y")
-    assert repro_command(r) == ("python -m harness repro 'a/b.c'\"'\"'d' --target 'torch-sdpa' "
+    assert repro_command(r) == ("harness repro 'a/b.c'\"'\"'d' --target torch-sdpa "
                                 "--disable-guards x,y")
-    assert repro_command(row("a/b.c", "wrong", False)) == "python -m harness repro 'a/b.c'"
+    assert repro_command(row("a/b.c", "wrong", False)) == "harness repro a/b.c"
 
 
 def test_html_is_self_contained_with_matrix_and_drilldown(tmp_path):
@@ -85,7 +85,7 @@ def test_html_is_self_contained_with_matrix_and_drilldown(tmp_path):
     assert "http://" not in html and "https://" not in html and "<link" not in html
     assert 'data-route="fa2.batch_decode" data-family="gqa"' in html
     assert "data-count-silent=\"1\"" in html and "data-count-refused=\"1\"" in html
-    assert "python -m harness repro &#39;fa2.batch_decode/gqa.h12x8/bf16-d128&#39; " \
+    assert "harness repro fa2.batch_decode/gqa.h12x8/bf16-d128 " \
            "--disable-guards gqa_divisible" in html
     assert "7503/8192" in html and "[0, 3, 1]" in html and "SIGFPE" in html
     assert html.count('class="failure"') == 3

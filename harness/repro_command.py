@@ -1,0 +1,24 @@
+"""The one command that re-runs a case: what reports print, shrink and bisect run."""
+from __future__ import annotations
+
+import shlex
+
+DEFAULT_TARGET = "bundled"
+
+
+def repro_args(case_id: str, target: str | None = None, disable_guards: str | None = None,
+               case_json: str | None = None) -> list[str]:
+    """`repro`'s arguments for this case (after the `harness` command)."""
+    args = ["repro", str(case_id)]
+    if case_json:
+        args += ["--case-json", str(case_json)]
+    if target and target != DEFAULT_TARGET:
+        args += ["--target", str(target)]
+    if disable_guards:
+        args += ["--disable-guards", str(disable_guards)]
+    return args
+
+
+def typed(args: list[str]) -> str:
+    """As a person types it: the `harness` console script, shell-quoted."""
+    return shlex.join(["harness", *args])
