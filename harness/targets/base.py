@@ -12,6 +12,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.builders import Buffers
 
 
+def device_platform(device) -> str:
+    """'cpu', or the GPU vendor's platform a device belongs to: 'nvidia' or 'amd' (ROCm)."""
+    import torch
+    if device.type != "cuda":
+        return "cpu"
+    return "amd" if getattr(torch.version, "hip", None) else "nvidia"
+
+
 class Skip(Exception):
     """Raised by an adapter when a case's params cannot be expressed on this route.
 

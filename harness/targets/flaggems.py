@@ -73,8 +73,10 @@ from typing import Any, Mapping
 import torch
 
 from harness.capabilities import Capabilities
-from harness.targets.base import Skip, Target
-from harness.targets.layout import Views, block_table, build_paged, to_layout
+from harness.targets.base import Skip, Target, device_platform
+from harness.targets.case_calls import CaseCalls
+from harness.targets.layout import block_table, build_paged, to_layout
+from harness.targets.plan_run.mixed import decode_first
 from harness.targets.plan_run.mismatch import perturb, perturb_ragged, planned_rows, short_rows
 
 BACKEND = "fg"
@@ -157,21 +159,12 @@ def _rows(t: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([t, pad])
 
 
-class FgCall:
-    """One case's call: the problem, its buffers, the views the case asks for."""
+class FgCall(CaseCalls):
+    """One case's call to flash_attn_varlen_func."""
 
     def __init__(self, case, problem, buffers, fn):
-        self.case, self.problem, self.buffers, self.fn = case, problem, buffers, fn
-        self.params: Mapping[str, Any] = case.params
-        self.views = Views(case.params, buffers)
-        self.device = problem.device
-        self.layout = self.params.get("layout", "NHD")
-        self.mismatch = self.params.get("mismatch")
-
-    @property
-    def sm_scale(self):
-        scale = self.params.get("sm_scale")
-        return None if scale is None else float(scale)
+        super().__init__(case, problem, buffers)
+        self.fn = fn
 
     def out(self, rows: int) -> torch.Tensor:
         p = self.problem
@@ -290,11 +283,7 @@ def paged(c: FgCall, decode: bool) -> dict:
 def mixed_batch(c: FgCall) -> dict:
     """The decode-first batch in one call, as vLLM's flash-attn backend makes it."""
     p = c.problem
-    nd = int(c.params.get("num_decodes", 0))
-    if any(n != 1 for n in p.qo_lens[:nd]):
-        raise Skip("a decode-first batch needs qo_len 1 for its first num_decodes requests")
-    if p.head_dim_vo != p.head_dim:
-        raise Skip("the block-table cache holds one head_dim for k and v")
+    decode_first(c)   # the one call takes decodes and prefills alike, split by query_start_loc
     if c.layout != "NHD":
         raise Skip("the mixed batch's block-table cache is NHD, as vLLM lays it out")
     kv = build_paged(p, int(c.params.get("page_size", 16)), "NHD",
@@ -334,9 +323,7 @@ class FlagGemsTarget(Target):
         return str(getattr(self.module, "__version__", "?"))
 
     def platform(self) -> str:
-        if self.device.type != "cuda":
-            return "cpu"
-        return "amd" if getattr(torch.version, "hip", None) else "nvidia"
+        return device_platform(self.device)
 
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
         if case.route not in self.routes:

@@ -41,7 +41,7 @@ import torch
 
 from harness.capabilities import Capabilities
 from harness.targets import plan_run
-from harness.targets.base import Skip, Target
+from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import to_layout
 from harness.targets.plan_run.call import Call
 from harness.targets.plan_run.merge import check_splits, merged
@@ -198,9 +198,7 @@ class FlashInferTarget(Target):
         return str(getattr(self.fi, "__git_commit__", "") or "")
 
     def platform(self) -> str:
-        if self.device.type != "cuda":
-            return "cpu"
-        return "amd" if getattr(torch.version, "hip", None) else "nvidia"
+        return device_platform(self.device)
 
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
         if case.route not in self.routes:

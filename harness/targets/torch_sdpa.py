@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.capabilities import Capabilities
-from harness.targets.base import Skip, Target
+from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import Views, to_layout
 
 BACKENDS = {
@@ -234,9 +234,7 @@ class SdpaTarget(Target):
         return torch.__version__
 
     def platform(self) -> str:
-        if self.device.type != "cuda":
-            return "cpu"
-        return "amd" if getattr(torch.version, "hip", None) else "nvidia"
+        return device_platform(self.device)
 
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
         backend, op = case.backend, case.op

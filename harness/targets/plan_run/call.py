@@ -7,31 +7,16 @@ LSE base. A target subclasses it (harness/targets/bundled.py, flashinfer.py).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import torch
 
-from harness.targets.layout import Views
+from harness.targets.case_calls import CaseCalls
 from harness.targets.plan_run.mismatch import short_rows
 
 WORKSPACE_BYTES = 32 << 20
 
 
-class Call:
-    """One case's calls: the problem, its buffers, and the views the case asks for."""
-
-    def __init__(self, case, problem, buffers):
-        self.case, self.problem, self.buffers = case, problem, buffers
-        self.params: Mapping[str, Any] = case.params
-        self.views = Views(case.params, buffers)
-        self.device = problem.device
-        self.layout = self.params.get("layout", "NHD")
-        self.mismatch = self.params.get("mismatch")
-
-    @property
-    def sm_scale(self):
-        # None exercises the library's own default; the reference uses 1/sqrt(head_dim).
-        return self.params.get("sm_scale")
+class Call(CaseCalls):
+    """One case's calls on a FlashInfer-shaped library."""
 
     @property
     def caller_outputs(self) -> bool:

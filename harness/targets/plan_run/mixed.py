@@ -9,14 +9,21 @@ from harness.targets.base import Skip
 from harness.targets.layout import block_table, build_paged
 
 
-def mixed_batch(c) -> dict:
-    """decode_first_attention: decodes first, split from prefills by query_start_loc."""
+def decode_first(c) -> int:
+    """num_decodes, once the batch is one a decode-first block-table call can take."""
     p = c.problem
     nd = int(c.params.get("num_decodes", 0))
     if any(n != 1 for n in p.qo_lens[:nd]):
         raise Skip("a decode-first batch needs qo_len 1 for its first num_decodes requests")
     if p.head_dim_vo != p.head_dim:
         raise Skip("the block-table cache holds one head_dim for k and v")
+    return nd
+
+
+def mixed_batch(c) -> dict:
+    """decode_first_attention: decodes first, split from prefills by query_start_loc."""
+    p = c.problem
+    nd = decode_first(c)
     paged = build_paged(p, int(c.params.get("page_size", 16)), "NHD",
                         c.params.get("page_order", "shuffled"),
                         int(c.params.get("page_id_offset", 0)), c.case.seed)
