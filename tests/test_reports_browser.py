@@ -76,7 +76,7 @@ def test_failures_arch_columns_and_regressions(dom):
     assert len(failures) == 5
     crash = next(e for e in failures if e["data-outcome"] == "crash")
     assert crash["data-arch"] == "gfx942"
-    assert "python -m harness repro 'll4mi.batch_decode/small_head.d32/bf16'" in crash["_text"]
+    assert "harness repro ll4mi.batch_decode/small_head.d32/bf16" in crash["_text"]
     per_arch = [e for e in dom if e["tag"] == "td" and e.get("data-arch") == "gfx950"
                 and e.get("data-outcome")]
     assert {e["data-outcome"] for e in per_arch} >= {"match", "wrong", "silent"}
