@@ -23,7 +23,8 @@ import torch
 from harness import platform_info
 from harness.builders import Buffers
 from harness.case import Case
-from harness.classify import Verdict, classify, crash_verdict
+from harness.classify import (Verdict, classify, crash_verdict, error_text,
+                              harness_error_verdict)
 from harness.compare import compare, missing, summarize
 from harness.problem import build_problem, normalize
 from harness.reference import NoReference, attention_baseline, attention_reference
@@ -131,6 +132,11 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             verdict = crash_verdict(case, f"device error {type(error).__name__}: {first_line}",
                                     buffers.current_stage)
             return done(verdict, error_type=type(error).__name__)
+        if buffers.current_stage == "build inputs":
+            # Raised before the library was called: the adapter or the case, never a refusal.
+            return done(harness_error_verdict(
+                f"the adapter raised before calling the library: {error_text(error)}"),
+                error_type=type(error).__name__)
         corruption = buffers.check()
         return done(classify(case, error=error, corruption=corruption), error_type=type(error).__name__)
 

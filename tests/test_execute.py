@@ -167,3 +167,19 @@ def test_a_case_needing_what_the_target_lacks_is_skipped_naming_it():
     assert (r.outcome, r.passed) == ("skipped", True) and "fake lacks feature graphs" in r.message
     fp32 = Case("fa2.single_decode", "fake", "other_op", P)
     assert "lacks op single_decode" in execute_case(fp32, FakeTarget("ok"), device="cpu").message
+
+
+class RaisesWhileBuilding(FakeTarget):
+    """An adapter bug that happens to raise ValueError before the library is called."""
+
+    def run(self, case, problem, buffers):
+        raise ValueError("cannot reshape tensor of 0 elements")
+
+
+def test_an_adapter_error_before_the_library_is_never_a_refusal():
+    # A must-refuse case would pass on any refusal naming its words: an adapter bug
+    # raised before the library ran must not count as one.
+    c = case("refuse", ("tensor",))
+    r = execute_case(c, RaisesWhileBuilding("ok"), device="cpu")
+    assert (r.outcome, r.passed) == ("harness_error", False), r
+    assert "before calling the library" in r.message

@@ -71,11 +71,19 @@ class Call(CaseCalls):
         """Extra plan() keywords of the batch wrappers (the split control, where it has one)."""
         return {"max_kv_chunk": self.params.get("max_kv_chunk")}
 
+    def construct(self, factory, *args, **kwargs):
+        """A library object built in the "construct" stage, so that what it raises is the
+        library's (a refusal); anything raised while the inputs are built is the harness's."""
+        self.buffers.stage("construct")
+        made = factory(*args, **kwargs)
+        self.buffers.stage("build inputs")
+        return made
+
     def decode_wrapper(self, **buffers):
         """The batch-decode wrapper this case's route names."""
         backend, tensor_cores = self.decode_backend()
-        return self.lib.BatchDecodeWithPagedKVCacheWrapper(
-            self.workspace(), kv_layout=self.layout,
+        return self.construct(
+            self.lib.BatchDecodeWithPagedKVCacheWrapper, self.workspace(), kv_layout=self.layout,
             use_cuda_graph=bool(self.params.get("use_cuda_graph")),
             use_tensor_cores=tensor_cores, backend=backend, **buffers)
 

@@ -86,9 +86,9 @@ def graph_replan(c) -> dict:
     head, tail = _split_prefix(p, prefix)
     paged = build_paged(tail, page_size, "NHD", "shuffled", 0, c.case.seed)
     cap = replan.capacity(c, paged.k_pages.shape[0])
-    wrapper = c.lib.BatchPrefillWithPagedKVCacheWrapper(
-        c.workspace(), kv_layout="NHD", use_cuda_graph=True, **c.prefill_backend(),
-        **cap.graph_buffers(c.device))
+    wrapper = c.construct(
+        c.lib.BatchPrefillWithPagedKVCacheWrapper, c.workspace(), kv_layout="NHD",
+        use_cuda_graph=True, **c.prefill_backend(), **cap.graph_buffers(c.device))
     dims = dict(head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
                 **c.plan_extra())

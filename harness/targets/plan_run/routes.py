@@ -157,8 +157,9 @@ def prepare_paged_prefill(c: Call) -> Prepared:
     p = c.problem
     paged, idx = paged_inputs(c)
     qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
-    wrapper = c.lib.BatchPrefillWithPagedKVCacheWrapper(
-        c.workspace(), kv_layout=c.layout, use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+    wrapper = c.construct(
+        c.lib.BatchPrefillWithPagedKVCacheWrapper, c.workspace(), kv_layout=c.layout,
+        use_cuda_graph=bool(c.params.get("use_cuda_graph")),
         **c.prefill_backend(), **graph_buffers(c, len(paged.indices), PAGED_PREFILL_BUFS))
     q, cache = perturb(c, p.q_packed(), cache_input(c, paged))
     q = c.views.input("q", q)
@@ -181,8 +182,9 @@ def prepare_ragged_prefill(c: Call) -> Prepared:
         raise Skip("ragged k/v are token-major (NHD) only")
     qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
     kv_indptr = c.views.index("kv_indptr", p.kv_indptr.tolist(), "cpu")
-    wrapper = c.lib.BatchPrefillWithRaggedKVCacheWrapper(
-        c.workspace(), kv_layout="NHD", use_cuda_graph=bool(c.params.get("use_cuda_graph")),
+    wrapper = c.construct(
+        c.lib.BatchPrefillWithRaggedKVCacheWrapper, c.workspace(), kv_layout="NHD",
+        use_cuda_graph=bool(c.params.get("use_cuda_graph")),
         **c.prefill_backend(), **graph_buffers(c, 0, RAGGED_BUFS))
     q, k, v = perturb_ragged(c, p.q_packed(), p.k_packed(), p.v_packed())
     q, k, v = c.views.input("q", q), c.views.input("k", k), c.views.input("v", v)
