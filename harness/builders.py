@@ -88,12 +88,23 @@ def storage_span(t: torch.Tensor) -> torch.Tensor:
     return t.as_strided((span,), (1,), lowest)
 
 
-def fingerprint(t: torch.Tensor) -> str:
-    """Bitwise hash of the storage t can reach, plus its layout."""
+def _span_bits(t: torch.Tensor) -> torch.Tensor:
+    """The storage t can reach, as integers of its element size (bit-exact, NaN-safe)."""
     flat = storage_span(t).detach()
     if flat.dtype == torch.bool:
         flat = flat.to(torch.uint8)
-    raw = flat.contiguous().view(_BITS[flat.element_size()]).cpu().numpy().tobytes()
+    return flat.contiguous().view(_BITS[flat.element_size()])
+
+
+# Above this many elements an input is snapshotted where it lives and compared there:
+# hashing a 2^31-element cache pool meant copying it to the CPU and SHA-256ing it twice
+# (~45 s a case on the H200); a device copy and torch.equal take milliseconds.
+SNAPSHOT_ELEMS = 1 << 22
+
+
+def fingerprint(t: torch.Tensor) -> str:
+    """Bitwise hash of the storage t can reach, plus its layout."""
+    raw = _span_bits(t).cpu().numpy().tobytes()
     layout = f"{t.dtype}{tuple(t.shape)}{t.stride()}{t.storage_offset()}".encode()
     return hashlib.sha256(layout + raw).hexdigest()[:24]
 
@@ -136,6 +147,12 @@ class _Watched:
     name: str
     tensor: torch.Tensor
     fp: str
+    snapshot: torch.Tensor | None = None   # the bits, on the tensor's device (large inputs)
+
+    def changed(self) -> bool:
+        if self.snapshot is not None:
+            return not torch.equal(_span_bits(self.tensor), self.snapshot)
+        return fingerprint(self.tensor) != self.fp
 
 
 class Buffers:
@@ -185,6 +202,9 @@ class Buffers:
 
     def watch(self, tensor: torch.Tensor, name: str) -> str:
         """Fingerprint an input now; check() reports it if it has changed since."""
+        if storage_span(tensor).numel() > SNAPSHOT_ELEMS:
+            self._watched.append(_Watched(name, tensor, "snapshot", _span_bits(tensor).clone()))
+            return "snapshot"
         fp = fingerprint(tensor)
         self._watched.append(_Watched(name, tensor, fp))
         return fp
@@ -206,6 +226,6 @@ class Buffers:
                 problems.append(f"canary after {g.name}: {bad.numel()} elements changed, "
                                 f"first at +{int(bad[0])}")
         for w in self._watched:
-            if fingerprint(w.tensor) != w.fp:
+            if w.changed():
                 problems.append(f"input {w.name} changed")
         return problems

@@ -545,8 +545,9 @@ def cmd_repro(args) -> int:
             os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
         target = load_target(args.target)
         cases = _load_case_json(case_file) if case_file else _select(
+            # The full profile holds every ci case too: any case id a table shows is found.
             argparse.Namespace(target=args.target, family=None, route=None, case_id=None,
-                               cases_file=None))
+                               cases_file=None, profile="full"))
     except Exception as e:
         if _is_build_error(e):
             print(f"repro: library build failed: {e}", file=sys.stderr)

@@ -121,3 +121,31 @@ def test_stage_log_calls_back():
     b.stage("plan")
     b.stage("run")
     assert seen == ["plan", "run"] and b.current_stage == "run"
+
+
+def test_a_large_input_is_snapshotted_and_a_one_bit_change_is_caught(monkeypatch):
+    import harness.builders as b
+    monkeypatch.setattr(b, "SNAPSHOT_ELEMS", 16)
+    bufs = b.Buffers(torch.device("cpu"))
+    big = torch.full((8, 4), float("nan"), dtype=torch.bfloat16)
+    assert bufs.watch(big, "k_cache") == "snapshot"
+    assert bufs.check() == []            # NaN compares by its bits: unchanged is unchanged
+    big.view(torch.int16)[5, 2] ^= 1     # one bit of one element
+    assert bufs.check() == ["input k_cache changed"]
+
+
+def test_a_huge_page_pool_is_poisoned_around_the_owned_pages(monkeypatch):
+    import harness.targets.layout as layout
+    from harness.problem import build_problem
+    monkeypatch.setattr(layout, "FULL_POISON_ELEMS", 1)
+    p = build_problem({"dtype": "fp16", "head_dim": 8, "num_qo_heads": 1, "qo_lens": [1],
+                       "kv_lens": [20]}, 1)
+    paged = layout.build_paged(p, 16, "NHD", "sequential", offset=50)
+    k = paged.k_pages
+    owned = paged.indices
+    assert owned == [50, 51]
+    # The owned pages hold the request's keys (the tail slots NaN); their neighbours are NaN.
+    assert torch.equal(k[50].float(), p.k[0][:16].float())
+    assert torch.isnan(k[51, 4:].float()).all()
+    for page in (0, 1, 48, 49):
+        assert torch.isnan(k[page].float()).all(), page

@@ -114,6 +114,29 @@ def page_ids(num_pages: int, order: str, offset: int, seed: int) -> list[int]:
     return ids
 
 
+# Above this many elements a pool is poisoned only around the pages a request owns (and
+# the first pages): filling a pool past 2^31 elements with NaN costs seconds and, on the
+# host, real memory for pages nothing reads; untouched pages stay unallocated.
+FULL_POISON_ELEMS = 1 << 26
+_NEIGHBOURS = 2
+
+
+def _pool(shape, dtype, device, owned) -> torch.Tensor:
+    """A page pool, NaN wherever a kernel that misses its own pages is likely to land."""
+    numel = 1
+    for n in shape:
+        numel *= n
+    if numel <= FULL_POISON_ELEMS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    pages = torch.empty(shape, dtype=dtype, device=device)
+    near = {0, 1}
+    for page in owned:
+        near.update(range(max(0, page - _NEIGHBOURS), min(shape[0], page + _NEIGHBOURS + 1)))
+    index = torch.tensor(sorted(near), dtype=torch.long, device=device)
+    pages.index_fill_(0, index, float("nan"))
+    return pages
+
+
 def build_paged(problem, page_size: int, layout: str = "NHD", order: str = "shuffled",
                 offset: int = 0, seed: int = 0) -> PagedKV:
     """A paged cache holding the problem's k/v; every slot no request owns is NaN.
@@ -131,8 +154,8 @@ def build_paged(problem, page_size: int, layout: str = "NHD", order: str = "shuf
     hkv, d, dv = problem.num_kv_heads, problem.head_dim, problem.head_dim_vo
     dev, dt = problem.device, problem.dtype
     pool = max(offset + total, 1)   # a batch of empty requests still passes a (NaN) cache
-    k_pages = torch.full((pool, page_size, hkv, d), float("nan"), dtype=dt, device=dev)
-    v_pages = torch.full((pool, page_size, hkv, dv), float("nan"), dtype=dt, device=dev)
+    k_pages = _pool((pool, page_size, hkv, d), dt, dev, ids)
+    v_pages = _pool((pool, page_size, hkv, dv), dt, dev, ids)
     indptr, indices, last = [0], [], []
     for r, (k, v, n, c) in enumerate(zip(problem.k, problem.v, problem.kv_lens, counts)):
         mine = ids[indptr[-1]:indptr[-1] + c]
