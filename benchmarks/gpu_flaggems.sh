@@ -107,46 +107,7 @@ step_bundled() {
 step_sdpa() { run_check torch-sdpa "$OUT/sdpa-sm_90.jsonl" 10 $(family_opt); }
 
 summary() {
-  $PY - "$OUT" >>"$LOG" 2>&1 <<'EOF'
-import sys
-from pathlib import Path
-import pandas as pd
-
-out = Path(sys.argv[1])
-md = ["# GPU run: outcome counts and failing-row classes", ""]
-for f in sorted(out.glob("*-sm_*.jsonl")):
-    if not f.stat().st_size:
-        continue
-    df = pd.read_json(f, lines=True)
-    df["pass"] = df["pass"].astype(bool)
-    for (target, version, arch), part in df.groupby(["target", "target_version", "arch"]):
-        md += [f"## {target} {version} on {arch} ({f.name}): {len(part)} rows, "
-               f"{int((~part['pass']).sum())} failing", ""]
-        table = pd.crosstab([part["route"], part["family"]], part["outcome"], margins=True,
-                            margins_name="total")
-        try:
-            md += [table.to_markdown(), ""]
-        except ImportError:
-            md += ["```", table.to_string(), "```", ""]
-        failing = part[~part["pass"]]
-        if len(failing):
-            md += ["Failing-row classes (route, family, outcome): count, one example", "",
-                   "| route | family | outcome | n | example case id | message |",
-                   "|---|---|---|---|---|---|"]
-            for (route, fam, outcome), cls in failing.groupby(["route", "family", "outcome"]):
-                ex = cls.iloc[0]
-                msg = str(ex.get("message") or "").replace("|", "/").replace("\n", " ")[:220]
-                md.append(f"| {route} | {fam} | {outcome} | {len(cls)} | {ex['case_id']} | {msg} |")
-            md.append("")
-        skipped = part[part["outcome"] == "skipped"]
-        if len(skipped):
-            md += ["Skip reasons: count", ""]
-            for why, n in skipped["message"].fillna("").str[:160].value_counts().items():
-                md.append(f"- {n}: {why}")
-            md.append("")
-(out / "summary.md").write_text("\n".join(md) + "\n")
-print("\n".join(md))
-EOF
+  $PY benchmarks/gpu_summary.py "$OUT" "$OUT" >>"$LOG" 2>&1
   say "summary: rc=$? -> $OUT/summary.md"
 }
 

@@ -171,54 +171,7 @@ EOF
 }
 
 phase_summary() {
-  python3 - "$RES" "$OUT" >>"$LOG" 2>&1 <<'EOF'
-import sys
-from pathlib import Path
-import pandas as pd
-
-res, out = Path(sys.argv[1]), Path(sys.argv[2])
-frames = []
-for f in sorted(res.glob("*.jsonl")):
-    if f.stat().st_size:
-        frames.append(pd.read_json(f, lines=True))
-if not frames:
-    (out / "summary.md").write_text("No rows yet.\n")
-    sys.exit(0)
-df = pd.concat(frames, ignore_index=True)
-df["pass"] = df["pass"].astype(bool)
-counts = (df.groupby(["target", "route", "family", "outcome"]).size()
-            .rename("n").reset_index())
-counts.to_csv(out / "counts.csv", index=False)
-
-md = ["# GPU run: outcome counts and failing-row classes", ""]
-for (target, version, arch), part in df.groupby(["target", "target_version", "arch"]):
-    md += [f"## {target} {version} on {arch}: {len(part)} rows, "
-           f"{int((~part['pass']).sum())} failing", ""]
-    table = pd.crosstab([part["route"], part["family"]], part["outcome"], margins=True,
-                        margins_name="total")
-    try:
-        md += [table.to_markdown(), ""]
-    except ImportError:       # to_markdown needs tabulate
-        md += ["```", table.to_string(), "```", ""]
-    failing = part[~part["pass"]]
-    if len(failing):
-        md += ["Failing-row classes (route, family, outcome): count, one example", "",
-               "| route | family | outcome | n | example case id | message |",
-               "|---|---|---|---|---|---|"]
-        for (route, fam, outcome), cls in failing.groupby(["route", "family", "outcome"]):
-            ex = cls.iloc[0]
-            msg = str(ex.get("message") or "").replace("|", "/").replace("\n", " ")[:160]
-            md.append(f"| {route} | {fam} | {outcome} | {len(cls)} | {ex['case_id']} | {msg} |")
-        md.append("")
-    skipped = part[part["outcome"] == "skipped"]
-    if len(skipped):
-        md += ["Skip reasons: count", ""]
-        for why, n in skipped["message"].fillna("").str[:120].value_counts().items():
-            md.append(f"- {n}: {why}")
-        md.append("")
-(out / "summary.md").write_text("\n".join(md))
-print("\n".join(md[:60]))
-EOF
+  python3 benchmarks/gpu_summary.py "$RES" "$OUT" >>"$LOG" 2>&1
   cp "$RES"/*.jsonl "$OUT"/ 2>/dev/null
   say "summary: $OUT/summary.md, counts.csv, $(ls "$RES" | tr '\n' ' ')"
 }

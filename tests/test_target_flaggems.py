@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import cases as families
+from stand_in_helpers import assert_all_match, sample
 from harness.case import Case
 from harness.execute import execute_case
 from harness.targets import TARGETS
@@ -135,22 +136,19 @@ def target(fake):
     return fg_target.make_target(fake, device="cpu")
 
 
+def _lacks(c) -> bool:
+    p = c.params
+    return bool(c.requires or fg_target.CAPABILITIES.lacks(c.op, p, c.requires)
+                or any(p.get(k) for k in ("use_cuda_graph", "partial_state", "scenario"))
+                or p.get("head_dim_vo", p["head_dim"]) != p["head_dim"])
+
+
 def _sample(route, family="valid", limit=8):
     """A few cases of one route the target can take, one per layout / form / mask / LSE mix."""
-    seen, picked = set(), []
-    for c in families.generate([family], routes=(route,)):
-        p = c.params
-        if (p.get("dtype") == "fp32" or len(p["kv_lens"]) > 7 or c.requires
-                or fg_target.CAPABILITIES.lacks(c.op, p, c.requires)
-                or any(p.get(k) for k in ("use_cuda_graph", "partial_state", "scenario"))
-                or p.get("head_dim_vo", p["head_dim"]) != p["head_dim"]):
-            continue
-        key = (p.get("layout"), p.get("cache_form"), p["return_lse"], p.get("causal"),
-               p.get("window_left", -1) >= 0, p["num_qo_heads"] != p.get("num_kv_heads"))
-        if key not in seen:
-            seen.add(key)
-            picked.append(c)
-    return picked[:limit]
+    return sample(route, lambda p: (p.get("layout"), p.get("cache_form"), p["return_lse"],
+                                    p.get("causal"), p.get("window_left", -1) >= 0,
+                                    p["num_qo_heads"] != p.get("num_kv_heads")),
+                  _lacks, family, limit)
 
 
 def _case(route, **params):
@@ -167,11 +165,7 @@ def test_registered():
 
 @pytest.mark.parametrize("route", fg_target.ROUTES)
 def test_valid_cases_match_through_the_stand_in(target, route):
-    chosen = _sample(route)
-    assert chosen, route
-    for case in chosen:
-        result = execute_case(case, target, device="cpu")
-        assert result.outcome == "match", (case.id, result.message)
+    assert_all_match(target, _sample(route), route)
 
 
 def test_lse_is_read_back_from_heads_by_rows(target):
