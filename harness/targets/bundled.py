@@ -89,7 +89,7 @@ class BundledTarget(Target):
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
         if case.route not in self.routes:
             raise Skip(f"the bundled library has no route {case.route!r}")
-        return plan_run.run(BundledCall(case, problem, buffers))
+        return plan_run.run(BundledCall(case, problem, buffers, self.capabilities.features))
 
 
 def make_target() -> BundledTarget:

@@ -65,10 +65,9 @@ INSTALL_HINT = ("the flashinfer target needs FlashInfer's Python package and a G
 class FiCall(Call):
     """The neutral core's per-case plumbing (and its batch routes), with FlashInfer's
     module, backends, workspace and LSE base."""
-    has_partial_state = False
 
-    def __init__(self, case, problem, buffers, fi):
-        super().__init__(case, problem, buffers)
+    def __init__(self, case, problem, buffers, fi, features=frozenset()):
+        super().__init__(case, problem, buffers, features)
         self.fi = fi
 
     def workspace(self) -> torch.Tensor:
@@ -204,7 +203,8 @@ class FlashInferTarget(Target):
         if case.route not in self.routes:
             raise Skip(f"flashinfer has no route {case.route!r} here (routes: "
                        f"{', '.join(self.routes)})")
-        return plan_run.run(FiCall(case, problem, buffers, self.fi), OWN_ROUTES)
+        return plan_run.run(FiCall(case, problem, buffers, self.fi, self.capabilities.features),
+                            OWN_ROUTES)
 
 
 def routes_for_device(device: torch.device) -> tuple[str, ...]:

@@ -52,7 +52,14 @@ class Call(CaseCalls):
         return torch.empty(n, dtype=torch.uint8, device=self.device)
 
     # What a target's library differs in: each target's Call subclass says.
-    has_partial_state = True     # paged run() takes partial_state=(v, s) to merge into
+    def __init__(self, case, problem, buffers, features=frozenset()):
+        super().__init__(case, problem, buffers)
+        self.features = features     # the target's declared features (harness/capabilities.py)
+
+    @property
+    def has_partial_state(self) -> bool:
+        """Whether paged run() takes partial_state=(v, s) to merge into: the target says."""
+        return "partial_state" in self.features
 
     @property
     def lib(self):

@@ -16,7 +16,7 @@ that runs over the capacity writes canaries (`corrupt`) instead of memory
 the process does not own. The partial state is the live rows of a
 capacity-sized buffer, as a graph caller holds it; its other rows are NaN,
 so what a merge past the live rows writes is never a canary's own bits.
-  A library without run(partial_state=) (Call.has_partial_state False) keeps
+  A library without run(partial_state=) (no "partial_state" feature) keeps
 the whole KV paged; its cases about the merge itself need that feature and
 are skipped by capability before they get here.
 
