@@ -15,8 +15,6 @@ commits, which may not have this module.
 """
 from __future__ import annotations
 
-from harness.repro_command import repro_args
-
 import argparse
 import json
 import os
@@ -26,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from harness.repro_command import repro_args
 
 GOOD, BAD, SKIP = 0, 1, 125
 # repro's exit codes that say "this commit cannot answer", not "the case fails".

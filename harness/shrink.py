@@ -10,7 +10,6 @@ not the end of the shrink. The result is a new case with a distinct id
 """
 from __future__ import annotations
 
-from harness.repro_command import repro_args, typed
 
 import argparse
 import hashlib
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harness.case import Case, dtype_tag
+from harness.repro_command import repro_args, typed
 
 ROOT = Path(__file__).resolve().parent.parent
 LEGAL_HEAD_DIMS = (16, 32, 64, 128, 256)

@@ -5,7 +5,6 @@ nothing else: a report can be rebuilt from the JSON lines alone.
 """
 from __future__ import annotations
 
-from harness.repro_command import repro_args, typed
 
 import json
 import math
@@ -15,6 +14,7 @@ import pandas as pd
 
 from harness.classify import OUTCOMES  # noqa: F401  (one outcome list, re-exported)
 from harness.failure_classes import OUTCOME_ORDER
+from harness.repro_command import repro_args, typed
 from harness.table import COLUMNS, load_table
 
 # Worst first: the order a failing cell or table sorts by.
