@@ -23,8 +23,12 @@ Contracts:
     the capacity), so `refuse`, naming the field.
 
 Scenario: params["scenario"] = "graph_replan" (harness/targets/plan_run/replan_scenarios.py);
-params["capacity"] is the first plan's batch. On the host the graph mode is
-the same fixed-buffer semantics without capture.
+params["capacity"] is the first plan's batch. Where the device has graphs
+(CUDA, and HIP through torch's API) run() is warmed up on scratch outputs, captured in
+a torch.cuda.CUDAGraph at the capacity plan over capacity-sized q, out, lse and partial
+state (out's rows past the problem's are its canary band), the problem is re-planned,
+its q loaded and the graph replayed. On the host the graph mode is the same
+fixed-buffer semantics without capture. Every row's message says which ran.
 """
 from __future__ import annotations
 

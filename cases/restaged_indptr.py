@@ -15,6 +15,9 @@ three restaged; two back-to-back plans from the caller's reused tensors
 followed by a restage (the second plan's batch must run); a return_lse run
 between two plans (the re-plan must drop the first shadow plan).
 
+params["index_device"] = "device" (full profile) holds all three caller tensors on the
+GPU instead of indptr and last_page_len on the CPU.
+
 Scenario: params["scenario"] = "restaged" (harness/targets/plan_run/replan_scenarios.py).
 """
 from __future__ import annotations
@@ -50,12 +53,18 @@ ROWS = (
 )
 
 
-def cases(routes) -> Iterator[Case]:
+def cases(routes, profile: str = "ci") -> Iterator[Case]:
+    # The full profile (the GPU's default) also holds the caller's index tensors on the
+    # device: plan() must copy those too. On the host "device" is the CPU (skipped there).
+    placements = ("cpu", "device") if profile == "full" else ("cpu",)
     for route in routes:
         if op_of(route) not in OPS:
             continue
         for variant, kv, restage, sequence in ROWS:
-            params = {**_BASE, "kv_lens": kv, "restage": restage, "sequence": sequence}
-            tag = f"bf16-d128-h16x2-p16-kv{max(kv)}"
-            yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect="match", tag=tag, requires=REQUIRES)
+            for where in placements:
+                params = {**_BASE, "kv_lens": kv, "restage": restage, "sequence": sequence}
+                if where != "cpu":
+                    params["index_device"] = where
+                tag = f"bf16-d128-h16x2-p16-kv{max(kv)}" + ("" if where == "cpu" else "-devidx")
+                yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                           expect="match", tag=tag, requires=REQUIRES)

@@ -163,6 +163,7 @@ class Buffers:
         self.device = torch.device(device)
         self.on_stage = on_stage
         self.stages: list[str] = []
+        self.notes: list[str] = []      # how the case was run, where the platform decides
         self._guarded: list[_Guarded] = []
         self._watched: list[_Watched] = []
 

@@ -95,6 +95,12 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
     buffers = Buffers(device, on_stage=on_stage)
 
     def done(verdict: Verdict, summary=None, error_type: str = "", outputs=None) -> CaseResult:
+        if buffers.notes:
+            # How the adapter ran the case where the platform changes it (a captured graph
+            # or plain calls): on the row whatever the verdict.
+            note = "; ".join(buffers.notes)
+            verdict = replace(verdict, message=f"{verdict.message}; {note}" if verdict.message
+                              else note)
         return CaseResult(
             outcome=verdict.outcome, passed=verdict.passed,
             max_abs_diff=summary.max_abs_diff if summary else None,
@@ -140,13 +146,13 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
         corruption = buffers.check()
         return done(classify(case, error=error, corruption=corruption), error_type=type(error).__name__)
 
+    result = dict(result or {})
     corruption = buffers.check()
     outputs = _returned(result)
     if corruption:
         return done(classify(case, corruption=corruption), outputs=outputs)
 
     buffers.stage("compare")
-    result = dict(result or {})
     baseline = result.pop("baseline", None)
     if "expected" in result:
         expected = result.pop("expected")

@@ -64,6 +64,8 @@ SCHEMA: dict[str, Param] = {
     "prefix_tokens": Param(_INT, "graph_replan: kv tokens held in the partial state"),
     "restage": Param(_LIST, "restaged: the caller tensors rewritten after plan()"),
     "sequence": Param(_STR, "restaged: plan_restage_run | replan_restage_run | run_replan_run"),
+    "index_device": Param(_STR, "restaged: cpu (indptr, last_page_len on the CPU) | device "
+                                "(every caller index tensor on the device) [cpu]"),
     # ---- the faults target (test use)
     "fault": Param(_STR, "faults target: how the case fails on purpose"),
     "marker_dir": Param(_STR, "faults target: where `flaky` remembers its first attempt"),

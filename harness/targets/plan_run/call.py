@@ -57,6 +57,15 @@ class Call(CaseCalls):
         self.features = features     # the target's declared features (harness/capabilities.py)
 
     @property
+    def graphs(self):
+        """The graph API the graph_replan script captures and replays with, or None where the
+        device has none (the host: the graph mode's fixed buffers, called directly)."""
+        if self.device.type != "cuda":
+            return None
+        from harness.targets.plan_run.replan import CudaGraphs
+        return CudaGraphs(self.device)
+
+    @property
     def has_partial_state(self) -> bool:
         """Whether paged run() takes partial_state=(v, s) to merge into: the target says."""
         return "partial_state" in self.features

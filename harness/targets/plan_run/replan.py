@@ -87,20 +87,102 @@ def graph_io(c, paged, cap: Capacity):
     return q, cache, out, lse
 
 
+class CudaGraphs:
+    """torch.cuda's graph API as the graph_replan script uses it: a warm-up run on a side
+    stream, a capture, a replay. Call.graphs gives one where the device has graphs (CUDA, and
+    HIP through torch's same API); a test can hand a stand-in."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def warm_up(self, fn) -> None:
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        torch.cuda.synchronize(self.device)
+
+    def capture(self, fn):
+        """fn's launches captured in a CUDA graph; returns what replays them (and waits)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+
+        def replay() -> None:
+            graph.replay()
+            torch.cuda.synchronize(self.device)
+        return replay
+
+
 def replan_and_run(c, wrapper, cap: Capacity, paged, dims: dict, q, cache, out, lse,
-                   **run_kw) -> dict:
-    """Plan the capacity batch, re-plan for the problem, run: the answer is the problem's."""
+                   partial_state=None) -> dict:
+    """Plan the capacity batch, re-plan for the problem, run: the answer is the problem's.
+
+    Where the device has graphs (Call.graphs), run() is captured at the capacity plan on capacity-sized
+    q/out/lse/partial_state (as a graph caller holds them), the problem re-planned, and the
+    graph replayed: out's rows past the problem's are its canary band, so a replay that
+    writes past the smaller batch is `corrupt`. Without, the plans and the run are plain calls.
+    """
     p, dev = c.problem, c.device
     heads = (p.num_qo_heads, p.num_kv_heads, p.head_dim, cap.page_size)
+    c.buffers.notes.append(
+        f"graph: run() captured at the capacity plan ({cap.rows} rows, batch {cap.batch}) and "
+        f"replayed after the re-plan ({sum(p.qo_lens)} rows, batch {p.batch_size})"
+        if c.graphs is not None else
+        "graph: no capture on this platform; the plans and run() are plain calls")
     c.ready("plan")
     wrapper.plan(int32(cap.qo_indptr, "cpu"), int32(cap.kv_indptr, "cpu"),
                  int32(cap.kv_indices, dev), int32(cap.last_page_len, "cpu"), *heads, **dims)
-    c.buffers.stage("replan")
-    wrapper.plan(p.qo_indptr.clone(), int32(paged.indptr, "cpu"), int32(paged.indices, dev),
-                 int32(paged.last_page_len, "cpu"), *heads, **dims)
+
+    def replan():
+        c.buffers.stage("replan")
+        wrapper.plan(p.qo_indptr.clone(), int32(paged.indptr, "cpu"), int32(paged.indices, dev),
+                     int32(paged.last_page_len, "cpu"), *heads, **dims)
+
+    rows = sum(p.qo_lens)
+    if c.graphs is not None:
+        _capture_replan_replay(c, wrapper, cap, replan, q, cache, out, lse, partial_state)
+        return c.result(out, lse, rows)
+    replan()
     c.buffers.stage("run")
-    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse, **run_kw)
-    return c.result(out, lse, sum(p.qo_lens))
+    kw = {"partial_state": partial_state[1]} if partial_state is not None else {}
+    wrapper.run(q, cache, out=out, lse=lse, return_lse=p.return_lse, **kw)
+    return c.result(out, lse, rows)
+
+
+def capacity_view(t: torch.Tensor | None, rows: int):
+    """The first `rows` rows over t's storage: t's own rows, then what follows them (its canary
+    band, or the rest of a capacity-sized buffer)."""
+    if t is None:
+        return None
+    return torch.as_strided(t, (rows, *t.shape[1:]), t.stride(), t.storage_offset())
+
+
+def _capture_replan_replay(c, wrapper, cap: Capacity, replan, q, cache, out, lse,
+                           partial_state) -> None:
+    """Warm up and capture run() at the capacity plan, re-plan, load the live q, replay."""
+    p = c.problem
+    rows = sum(p.qo_lens)
+    cap_rows = max(cap.rows, rows)
+    q_cap = torch.zeros((cap_rows, *q.shape[1:]), dtype=q.dtype, device=q.device)
+    out_cap, lse_cap = capacity_view(out, cap_rows), capacity_view(lse, cap_rows)
+    state = {"partial_state": partial_state[0]} if partial_state is not None else {}
+
+    # The warm-up writes scratch outputs (the banded ones stay poisoned): a library's lazy
+    # first-call set-up must not happen inside the capture.
+    c.buffers.stage("warm-up")
+    scratch_out = torch.empty_like(out_cap)
+    scratch_lse = torch.empty_like(lse_cap) if lse_cap is not None else None
+    c.graphs.warm_up(lambda: wrapper.run(q_cap, cache, out=scratch_out, lse=scratch_lse,
+                                         return_lse=p.return_lse, **state))
+    c.buffers.stage("capture")
+    replay = c.graphs.capture(lambda: wrapper.run(q_cap, cache, out=out_cap, lse=lse_cap,
+                                                  return_lse=p.return_lse, **state))
+    replan()
+    c.buffers.stage("replay")
+    q_cap[:rows].copy_(q)
+    replay()
 
 
 # ------------------------------------------------------------------ restaged
@@ -139,8 +221,16 @@ def restaged(c, paged, make_wrapper, **plan_kw) -> dict:
         raise Skip(f"sequence {sequence!r} is not one this script knows")
     steps = SEQUENCES[sequence]
     dev = c.device
-    # The caller's own tensors: indptr and last_page_len on the CPU, indices where the cache is.
+    # The caller's own tensors: indptr and last_page_len on the CPU, indices where the cache
+    # is; params["index_device"] = "device" puts all three on the device.
+    placement = c.params.get("index_device", "cpu")
+    if placement not in ("cpu", "device"):
+        raise ValueError(f"params['index_device'] = {placement!r}: must be cpu or device")
+    if placement == "device" and dev.type == "cpu":
+        raise Skip("index_device=device: the device here is the CPU (the cpu case covers it)")
     where = {"indptr": "cpu", "indices": dev, "last_page_len": "cpu"}
+    if placement == "device":
+        where = {name: dev for name in where}
     first = nxt if "restage_problem" in steps else this
     caller = {name: int32(first[name], where[name]) for name in this}
 

@@ -63,18 +63,21 @@ def _split_prefix(problem, prefix: int):
 
 
 def _prefix_state(c, head, cap_rows: int):
-    """The prefix's attention state, held as a graph caller holds it: the live rows of a
-    capacity-sized (poisoned) buffer."""
+    """The prefix's attention state, held as a graph caller holds it: a capacity-sized
+    (poisoned) buffer whose live rows hold the state. ((v, s) whole, (v, s) live rows)."""
     p = c.problem
     rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
     state = attention_reference(head)
-    pv = c.buffers.output((max(cap_rows, rows), hq, dv), p.dtype, "partial_state_v")[:rows]
-    ps = c.buffers.output((max(cap_rows, rows), hq), torch.float32, "partial_state_s")[:rows]
+    whole_v = c.buffers.output((max(cap_rows, rows), hq, dv), p.dtype, "partial_state_v")
+    whole_s = c.buffers.output((max(cap_rows, rows), hq), torch.float32, "partial_state_s")
+    pv, ps = whole_v[:rows], whole_s[:rows]
     pv.copy_(state["o"])
     ps.copy_(state["lse"])
-    c.buffers.watch(pv, "partial_state_v")
-    c.buffers.watch(ps, "partial_state_s")
-    return pv, ps
+    # The whole buffers are the caller's: a merge may read past the live rows (NaN there),
+    # never write.
+    c.buffers.watch(whole_v, "partial_state_v")
+    c.buffers.watch(whole_s, "partial_state_s")
+    return (whole_v, whole_s), (pv, ps)
 
 
 def graph_replan(c) -> dict:
@@ -93,8 +96,8 @@ def graph_replan(c) -> dict:
                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
                 **c.plan_extra())
     q, cache, out, lse = replan.graph_io(c, paged, cap)
-    kw = {"partial_state": _prefix_state(c, head, cap.rows)} if prefix > 0 else {}
-    return replan.replan_and_run(c, wrapper, cap, paged, dims, q, cache, out, lse, **kw)
+    state = _prefix_state(c, head, cap.rows) if prefix > 0 else None
+    return replan.replan_and_run(c, wrapper, cap, paged, dims, q, cache, out, lse, state)
 
 
 # ------------------------------------------------------------------ restaged_indptr
