@@ -26,6 +26,9 @@
 # only re-unpacks (~20 s) and recompiles what it needs.
 #
 # Knobs: FAMILIES (comma list, all), FI_ROUTES (comma list of flashinfer routes, all),
+# HEAD_DIMS (comma list: only cases at these head dims, plus every case of the families in
+# ANY_DIM_FAMILIES; written once to results/gpu/cases.json, which prewarm and fi then run,
+# so the JIT compiles only their modules), PROFILE (full),
 # WORKERS (xdist workers, 8), PREWARM_PROCS (8), MAX_JOBS (nvcc jobs per module),
 # CASE_TIMEOUT (s per case, 600),
 # DEADLINE_S (540), SITE (/tmp/fi_site), FI_WS (/tmp/fi_ws), CUDA_HOME.
@@ -38,6 +41,9 @@ PREWARM_PROCS=${PREWARM_PROCS:-8}
 CASE_TIMEOUT=${CASE_TIMEOUT:-600}
 FAMILIES=${FAMILIES:-}
 FI_ROUTES=${FI_ROUTES:-}
+HEAD_DIMS=${HEAD_DIMS:-}
+ANY_DIM_FAMILIES=${ANY_DIM_FAMILIES:-}
+PROFILE=${PROFILE:-full}
 SITE=${SITE:-/tmp/fi_site}
 OUT=${OUT:-$PWD/gpu_out}
 RES=results/gpu
@@ -62,6 +68,29 @@ say() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
 left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
 family_opt() { [ -n "$FAMILIES" ] && echo "--family $FAMILIES"; }
 route_opt() { [ -n "$FI_ROUTES" ] && echo "--route $FI_ROUTES"; }
+CASES_FILE=$RES/cases.json
+
+select_cases() {   # HEAD_DIMS set: the selection as a cases file (kept for later calls)
+  [ -z "$HEAD_DIMS" ] && { rm -f "$CASES_FILE"; return 0; }
+  FAMILIES=$FAMILIES FI_ROUTES=$FI_ROUTES HEAD_DIMS=$HEAD_DIMS ANY_DIM=$ANY_DIM_FAMILIES \
+    PROFILE=$PROFILE CASES_FILE=$CASES_FILE python3 - >>"$LOG" 2>&1 <<'EOF'
+import json, os
+from cases import generate
+from harness.targets.flashinfer import ROUTES_FA2, ROUTES_FA3
+
+split = lambda name: [x for x in os.environ.get(name, "").split(",") if x]
+routes = split("FI_ROUTES") or list(ROUTES_FA2 + ROUTES_FA3)
+dims, any_dim = {int(d) for d in split("HEAD_DIMS")}, set(split("ANY_DIM"))
+picked = [c for c in generate(split("FAMILIES") or None, routes, profile=os.environ["PROFILE"])
+          if c.params.get("dtype", "bf16") != "fp32"
+          and (c.family in any_dim or c.params.get("head_dim") in dims)]
+with open(os.environ["CASES_FILE"], "w") as f:
+    json.dump([c.to_json() for c in picked], f)
+print(f"select: {len(picked)} cases (head dims {sorted(dims)}, any dim: {sorted(any_dim)})")
+EOF
+  say "select: rc=$? -> $CASES_FILE"
+}
+cases_opt() { [ -s "$CASES_FILE" ] && echo "--cases-file $CASES_FILE"; }
 
 ensure_site() {   # .whl/ unpacked into $SITE once per machine (and again when .whl/ changes)
   local stamp; stamp=$(ls -l .whl | md5sum)
@@ -114,23 +143,33 @@ run_check() {   # run_check TARGET RESULTS [extra args]: one check under the dea
 
 phase_sdpa() { run_check torch-sdpa "$RES/sdpa.jsonl" $(family_opt); }
 
-phase_fi() { run_check flashinfer "$RES/flashinfer.jsonl" $(family_opt) $(route_opt); }
+phase_fi() {
+  if [ -s "$CASES_FILE" ]; then run_check flashinfer "$RES/flashinfer.jsonl" $(cases_opt)
+  else run_check flashinfer "$RES/flashinfer.jsonl" $(family_opt) $(route_opt); fi
+}
 
 phase_prewarm() {
   local budget; budget=$(left)
   [ "$budget" -lt 60 ] && { say "prewarm: no time left, skipped"; return 0; }
   say "prewarm: $PREWARM_PROCS at a time, $budget s left"
   PREWARM_PROCS=$PREWARM_PROCS BUDGET=$budget FAMILIES=$FAMILIES FI_ROUTES=$FI_ROUTES \
-    python3 - >>"$LOG" 2>&1 <<'EOF'
+    CASES_FILE=$CASES_FILE python3 - >>"$LOG" 2>&1 <<'EOF'
 import concurrent.futures as cf, json, os, subprocess, sys, time
+from harness.case import Case
 from harness.targets import load_target
 
 start, budget = time.time(), float(os.environ["BUDGET"]) - 30
 fams = [f for f in os.environ.get("FAMILIES", "").split(",") if f] or None
 routes = {r for r in os.environ.get("FI_ROUTES", "").split(",") if r}
-target = load_target("flashinfer")
+cases_file = os.environ["CASES_FILE"]
+from_file = os.path.exists(cases_file) and os.path.getsize(cases_file) > 0
+if from_file:
+    with open(cases_file) as f:
+        selection = [Case.from_json(c) for c in json.load(f)]
+else:
+    selection = load_target("flashinfer").cases(fams)
 picked, plain = {}, {}
-for case in target.cases(fams):
+for case in selection:
     p = case.params
     if routes and case.route not in routes or p.get("dtype", "bf16") == "fp32":
         continue
@@ -153,8 +192,9 @@ def warm(case):
         return case.id, "not started (deadline)", 0.0
     t0 = time.time()
     try:
+        extra = ["--cases-file", cases_file] if from_file else []
         done = subprocess.run([sys.executable, "-m", "harness", "repro", case.id, "--target",
-                               "flashinfer", "--json"], capture_output=True, text=True,
+                               "flashinfer", "--json", *extra], capture_output=True, text=True,
                               timeout=left)
         lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
         row = json.loads(lines[-1]) if lines else {}
@@ -181,8 +221,10 @@ phases=("$@")
 rc=0
 for ph in "${phases[@]}"; do
   case "$ph" in
-    setup) phase_setup || { rc=1; break; } ;;
-    sdpa|prewarm|fi) ensure_site || { rc=1; break; }; "phase_$ph" ;;
+    setup) phase_setup || { rc=1; break; }; select_cases ;;
+    sdpa|prewarm|fi) ensure_site || { rc=1; break; }
+                     [ -n "$HEAD_DIMS" ] && [ ! -s "$CASES_FILE" ] && select_cases
+                     "phase_$ph" ;;
     summary) ;;
     *) say "unknown phase $ph (setup sdpa prewarm fi summary)"; rc=2 ;;
   esac
