@@ -176,7 +176,8 @@ for case in selection:
     d = p["head_dim"]
     key = (case.route, p.get("dtype", "bf16"), d, p.get("head_dim_vo") or d,
            p.get("window_left", -1) >= 0)
-    # A case that reaches the kernel compiles its module; prefer one with no
+    # A case that reaches the kernel compiles its module (repro's own case timeout would
+    # kill a compile as a hang: it gets the whole budget); prefer one with no
     # adversarial twist (a refusal before the JIT would leave it uncompiled).
     is_plain = case.expect == "match" and not any(
         p.get(k) for k in ("scenario", "mismatch", "strided", "index_dtype"))
@@ -194,8 +195,8 @@ def warm(case):
     try:
         extra = ["--cases-file", cases_file] if from_file else []
         done = subprocess.run([sys.executable, "-m", "harness", "repro", case.id, "--target",
-                               "flashinfer", "--json", *extra], capture_output=True, text=True,
-                              timeout=left)
+                               "flashinfer", "--json", "--case-timeout", str(int(left)), *extra],
+                              capture_output=True, text=True, timeout=left)
         lines = [l for l in done.stdout.splitlines() if l.startswith("{")]
         row = json.loads(lines[-1]) if lines else {}
         what = row.get("outcome") or f"rc {done.returncode}: {done.stderr.strip()[-200:]}"

@@ -119,6 +119,26 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
     lacking = target.capabilities.lacks(case.op, case.params, case.requires)
     if lacking is not None:
         return done(classify(case, skip_reason=f"{target.name} lacks {lacking}"))
+    try:
+        return _execute(case, target, device, buffers, done)
+    except Exception as error:
+        # A device fault is the device's, wherever it surfaces (an input copy, the reference,
+        # the compare): a kernel launched earlier in this process faulted, and every later
+        # call fails alike. A crash at the stage it surfaced in, never a harness error that
+        # would leave the worker running on a poisoned context.
+        if not is_device_fault(error):
+            raise
+        return done(device_fault_verdict(case, error, buffers.current_stage),
+                    error_type=type(error).__name__)
+
+
+def device_fault_verdict(case: Case, error: BaseException, stage: str, before: str = ""):
+    # The runtime's first line names the error; the rest is its advice text.
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return crash_verdict(case, f"{before}device error {type(error).__name__}: {first_line}", stage)
+
+
+def _execute(case: Case, target: Target, device: torch.device, buffers: Buffers, done) -> CaseResult:
     buffers.stage("build inputs")
     problem = build_problem(case.params, case.seed, device)
 
@@ -133,11 +153,19 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
         raise
     except Exception as error:  # noqa: BLE001 - every library exception is an outcome
         if is_device_fault(error):
-            # The runtime's first line names the error; the rest is its advice text.
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            verdict = crash_verdict(case, f"device error {type(error).__name__}: {first_line}",
-                                    buffers.current_stage)
-            return done(verdict, error_type=type(error).__name__)
+            return done(device_fault_verdict(case, error, buffers.current_stage),
+                        error_type=type(error).__name__)
+        try:
+            # What the library launched before it raised must not fault either: a refusal
+            # whose kernels then read out of bounds is a crash of this case, not the next one's.
+            _sync(device)
+        except Exception as fault:  # noqa: BLE001
+            if not is_device_fault(fault):
+                raise
+            return done(device_fault_verdict(
+                case, fault, buffers.current_stage,
+                before=f"raised {type(error).__name__} ({error_text(error)[:200]}), then a "),
+                error_type=type(fault).__name__)
         if buffers.current_stage == "build inputs":
             # Raised before the library was called: the adapter or the case, never a refusal.
             return done(harness_error_verdict(

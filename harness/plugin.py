@@ -243,7 +243,13 @@ def execute_repeated(case, target, repeat: int, on_stage=None):
     from harness.attempts import combine_results
     from harness.execute import execute_case
 
-    results = [execute_case(case, target, on_stage=on_stage) for _ in range(repeat)]
+    results = []
+    for _ in range(repeat):
+        results.append(execute_case(case, target, on_stage=on_stage))
+        # No attempt after a crash or on a poisoned device: it would only report the fault
+        # again as its own (the row's health probe then retires the worker).
+        if results[-1].outcome in ("crash", "hang") or isolation.health_probe() is not None:
+            break
     return combine_results(results)
 
 
