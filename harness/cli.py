@@ -426,6 +426,10 @@ def cmd_check(args) -> int:
     from harness import table
     from harness.plugin import default_results_path
 
+    sanitizer_path, why = sanitizer_preflight(args)
+    if why:  # before any case runs: a run whose rows cannot be replayed is not started
+        print(f"check: {why}", file=sys.stderr)
+        return EXIT_USAGE
     selection = table.selection_slug(args.family, args.route, args.case_id, args.cases_file,
                                      args.profile)
     results = (Path(args.results).resolve() if args.results else
@@ -455,6 +459,9 @@ def cmd_check(args) -> int:
     if not results.exists():
         print(f"check: no results table at {results} (pytest exit {rc})", file=sys.stderr)
         return rc or EXIT_FAIL
+    if sanitizer_path:
+        # Before the table is read, copied or rendered, so all of them carry the reports.
+        sanitize(args, results, sanitizer_path)
     df = table.load_table(results)
     if not args.results and not selection and len(df):
         table.copy_latest(results, args.target, str(df["arch"].iloc[-1]))
@@ -487,6 +494,27 @@ def cmd_check(args) -> int:
         print(f"check: {findings} capability/clarity finding(s) on {args.target} do not fail "
               f"the run (--strict makes them fail)")
     return EXIT_FAIL if len(blocking) or ledger_errors else EXIT_PASS
+
+
+def sanitizer_preflight(args) -> tuple[str | None, str | None]:
+    """(compute-sanitizer's path, None) when --sanitizer can run here; (None, one line) when
+    it cannot; (None, None) without --sanitizer."""
+    if not (args.sanitizer or args.sanitizer_all):
+        return None, None
+    from harness import sanitizer
+    return sanitizer.preflight(args.sanitizer, args.sanitizer_all)
+
+
+def sanitize(args, results: Path, tool_path: str) -> None:
+    """Replay the run's rows under the tool and write its reports into the table. Adds
+    information only: a failure here is one line, and the exit status stays the rows'."""
+    from harness import sanitizer
+    try:
+        sanitizer.replay_table(results, args.sanitizer, tool_path, args.target,
+                               replay_all=args.sanitizer_all, cases_file=args.cases_file)
+    except (OSError, ValueError) as e:
+        print(f"check: --sanitizer {args.sanitizer}: the reports were not written to {results} "
+              f"({e})", file=sys.stderr)
 
 
 def _render(results: Path, html: str | None, markdown: str | None) -> None:
@@ -717,6 +745,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
+    from harness.sanitizer import TOOLS as SANITIZER_TOOLS
     ap = Parser(prog="harness",
                 description="Differential correctness harness for attention kernels")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -747,6 +776,11 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p.add_argument("--case-timeout", type=positive_seconds, default=None, help="seconds before a hang")
     p.add_argument("--run-id", default=None)
     p.add_argument("--ledger", default=None, help="known-failures ledger [cases/known_failures.json]")
+    p.add_argument("--sanitizer", default=None, choices=SANITIZER_TOOLS,
+                   help="after the run, replay each failing row under NVIDIA compute-sanitizer "
+                        "with this tool and keep its first report in the row (GPU only)")
+    p.add_argument("--sanitizer-all", action="store_true",
+                   help="with --sanitizer: replay every row, not only the failing ones")
     p.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     p.set_defaults(func=cmd_check)
 

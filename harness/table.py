@@ -25,6 +25,8 @@ COLUMNS = (
     "first_bad_index", "message", "error_type", "stage", "duration_s",
     "severity", "tolerance", "baseline_error", "rel_error", "error_ratio",
     "attempts", "repeat", "profile", "reruns", "isolation", "worker", "disable_guards",
+    # compute-sanitizer's first report from `check --sanitizer` (harness/sanitizer.py), or null
+    "sanitizer",
 )
 ISOLATION = ("", "culprit", "victim", "alone")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.failure_classes import failure_classes, verdict
+from harness.sanitizer import report_of, where_text
 
 from . import OUTCOMES, fmt_diff, fmt_wrong, prepare, repro_command, sort_failures_first
 from .compare import arches, by_arch, compare, summary
@@ -21,6 +22,16 @@ def _cell(text) -> str:
 
 def _code(text) -> str:
     return f"`{_cell(text)}`" if text else ""
+
+
+def _sanitizer_cell(value) -> str:
+    """`memcheck` in `kernel`: what it reported, where; '' for a row without a report."""
+    report = report_of(value)
+    if report is None:
+        return ""
+    where = where_text(report)
+    text = f"{report.get('tool', '')}" + (f" in `{_cell(report['kernel'])}`" if report.get("kernel") else "")
+    return text + f": {_cell(report.get('kind'))}" + (f"; {_cell(where)}" if where else "")
 
 
 def _row(cells) -> str:
@@ -119,14 +130,17 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
         out.add(f"### Failures: {len(failing)}")
         out.add("")
         multi = len(names) > 1
+        # A column only when `check --sanitizer` replayed a row, beside that row's message.
+        sanitized = any(report_of(v) for v in failing["sanitizer"])
         header = ["route", "case"] + (["arch"] if multi else []) + [
-            "outcome", "severity", "isolation", "max \\|diff\\|", "wrong/total", "message",
-            "repro"]
+            "outcome", "severity", "isolation", "max \\|diff\\|", "wrong/total", "message"] + (
+            ["sanitizer"] if sanitized else []) + ["repro"]
         out.table("Failures", header, [
             [_cell(r["route"]), _code(r["case_id"])] + ([_cell(r["arch"])] if multi else [])
             + [f"**{_cell(r['outcome'])}**", _cell(r["severity"]), _cell(r["isolation"]),
-               fmt_diff(r["max_abs_diff"]), fmt_wrong(r), _cell(r["message"]),
-               _code(repro_command(r))]
+               fmt_diff(r["max_abs_diff"]), fmt_wrong(r), _cell(r["message"])]
+            + ([_sanitizer_cell(r["sanitizer"])] if sanitized else [])
+            + [_code(repro_command(r))]
             for _, r in failing.iterrows()], share=0.4)
 
     out.add("### Route × outcome")

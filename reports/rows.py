@@ -5,6 +5,8 @@ import json
 import re
 from typing import Any
 
+from harness.sanitizer import report_of, where_text
+
 from . import error_ratio, fmt_diff, fmt_wrong, guards_of, is_missing, params_text, repro_command
 
 _SIGNAL = re.compile(r"\bSIG[A-Z0-9]+\b|\bexit -?\d+\b|\bsignal \d+\b")
@@ -53,6 +55,16 @@ def fmt_ratio(ratio: float | None) -> str:
     return "∞×" if ratio == float("inf") else f"{ratio:.3g}×"
 
 
+def sanitizer_view(row: Any) -> dict | None:
+    """The row's compute-sanitizer report (`check --sanitizer`) as display text; None without one."""
+    report = report_of(row.get("sanitizer"))
+    if report is None:
+        return None
+    return {"tool": text(report.get("tool")), "kernel": text(report.get("kernel")),
+            "kind": text(report.get("kind")), "where": where_text(report),
+            "source": text(report.get("source")), "summary": text(report.get("summary"))}
+
+
 def row_view(row: Any) -> dict:
     return {
         "case_id": row["case_id"], "route": row["route"], "family": row["family"],
@@ -69,5 +81,5 @@ def row_view(row: Any) -> dict:
         "isolation": text(row.get("isolation")), "attempts": attempts_of(row),
         "repeat": whole(row.get("repeat")), "profile": text(row.get("profile")),
         "guards": ",".join(guards_of(row)), "ledger": text(row["ledger"]),
-        "repro": repro_command(row),
+        "repro": repro_command(row), "sanitizer": sanitizer_view(row),
     }
