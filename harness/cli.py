@@ -126,9 +126,12 @@ def cmd_list(args) -> int:
 
 # ------------------------------------------------------------------ check
 
-def pytest_command(args, results: Path) -> list[str]:
+def pytest_command(args, results: Path | None = None) -> list[str]:
+    """The child pytest's command; without `results`, its table's path comes with go()."""
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider",
-           "-q", "--no-header", "-rN", "--target", args.target, "--results", str(results)]
+           "-q", "--no-header", "-rN", "--target", args.target]
+    if results is not None:
+        cmd += ["--results", str(results)]
     if args.n not in (None, "0"):
         cmd += ["-n", str(args.n)]
     if args.reruns:
@@ -357,7 +360,7 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_check_child(cmd: list[str], args, results: Path, expected: set) -> int | None:
+def run_check_child(child, args, results: Path, expected: set) -> int | None:
     """Run the child pytest and return its exit code; None when Ctrl-C stopped it, after
     one line saying how many rows are kept and how to continue.
 
@@ -366,7 +369,6 @@ def run_check_child(cmd: list[str], args, results: Path, expected: set) -> int |
     row is in the table and the summary says it once. The log's end is shown when
     pytest itself fails. With pytest options after `--`, pytest's console is shown.
     """
-    import tempfile
     from harness import table
 
     try:
@@ -374,13 +376,13 @@ def run_check_child(cmd: list[str], args, results: Path, expected: set) -> int |
     except (OSError, ValueError):
         before = set()   # the child says what is wrong with the table
     progress = Progress(results, len(expected), before)
-    log = None if args.pytest_args else tempfile.NamedTemporaryFile(
-        prefix="harness-check-", suffix=".log", delete=False)
+    log, proc = child.log, child.proc
     print(f"check: {len(expected)} cases on {args.target}"
           + (f" ({len(before)} done already)" if before else "")
           + f"; rows go to {results}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=log,
-                            stderr=None if log is None else subprocess.STDOUT)
+    child.go(results)
+    # This process only waits now: the tables' reader (pandas) loads while the child runs.
+    import pandas  # noqa: F401
     try:
         rc = _wait(proc, None if log is None else progress)
     except KeyboardInterrupt:
@@ -422,37 +424,56 @@ def results_folder_error(results: Path) -> str | None:
             f"or --results-dir")
 
 
+def _check_run(args) -> str | None:
+    """Why the run must not start, in one line; None when it may. Sets args.expected_ids."""
+    from harness.plugin import check_guard_names
+    try:
+        check_guard_names(args.disable_guards, args.target)
+        args.expected_ids = {c.id for c in _select(args)}
+    except (RuntimeError, ImportError, *input_errors()) as why:
+        # Unknown names, or a target whose library is missing: say so, run nothing.
+        return str(why)
+    if not args.expected_ids and not args.resume:
+        return (f"no cases selected (--target {args.target}, --family {args.family or 'all'}, "
+                f"--route {args.route or 'all'}, --case-id {args.case_id or 'any'})")
+    return None
+
+
+def selection_of(args) -> str:
+    """What a partial run selected, as its table's name says it ("" for a full run)."""
+    from harness import table
+    return table.selection_slug(args.family, args.route, args.case_id, args.cases_file,
+                                args.profile)
+
+
+def results_of(args) -> Path:
+    from harness.plugin import default_results_path
+    return (Path(args.results).resolve() if args.results else
+            default_results_path(args.target, selection_of(args), args.results_dir))
+
+
 def cmd_check(args) -> int:
     from harness import table
-    from harness.plugin import default_results_path
 
     sanitizer_path, why = sanitizer_preflight(args)
     if why:  # before any case runs: a run whose rows cannot be replayed is not started
         print(f"check: {why}", file=sys.stderr)
         return EXIT_USAGE
-    selection = table.selection_slug(args.family, args.route, args.case_id, args.cases_file,
-                                     args.profile)
-    results = (Path(args.results).resolve() if args.results else
-               default_results_path(args.target, selection, args.results_dir))
-    cmd = pytest_command(args, results)
-    from harness.plugin import check_guard_names
-    try:  # before the run: bad options fail here, with the field and the values
-        check_guard_names(args.disable_guards, args.target)
-        expected = {c.id for c in _select(args)}
-    except (RuntimeError, ImportError, *input_errors()) as why:
-        # Unknown names, or a target whose library is missing: say so, run nothing.
+    start = time.perf_counter()
+    # Started first, held until go(): its start-up overlaps this process's imports and checks.
+    from harness.held_start import HeldChild
+    child = HeldChild(pytest_command(args), ROOT, child_env(), quiet=not args.pytest_args)
+    try:
+        results = results_of(args)
+        why = results_folder_error(results) or _check_run(args)
+    except BaseException:
+        child.call_off()
+        raise
+    if why:  # before the run: bad options fail here, with the field and the values
+        child.call_off()
         print(f"check: {why}", file=sys.stderr)
         return EXIT_USAGE
-    if not expected and not args.resume:
-        print(f"check: no cases selected (--target {args.target}, --family {args.family or 'all'}, "
-              f"--route {args.route or 'all'}, --case-id {args.case_id or 'any'})", file=sys.stderr)
-        return EXIT_USAGE
-    unwritable = results_folder_error(results)
-    if unwritable:
-        print(f"check: {unwritable}", file=sys.stderr)
-        return EXIT_USAGE
-    start = time.perf_counter()
-    rc = run_check_child(cmd, args, results, expected)
+    rc = run_check_child(child, args, results, args.expected_ids)
     if rc is None:  # Ctrl-C: what is kept and how to go on are said already
         return EXIT_USAGE
     wall = time.perf_counter() - start
@@ -463,6 +484,7 @@ def cmd_check(args) -> int:
         # Before the table is read, copied or rendered, so all of them carry the reports.
         sanitize(args, results, sanitizer_path)
     df = table.load_table(results)
+    selection = selection_of(args)
     if not args.results and not selection and len(df):
         table.copy_latest(results, args.target, str(df["arch"].iloc[-1]))
     from harness.ledger import apply_ledger_per_arch
@@ -481,7 +503,7 @@ def cmd_check(args) -> int:
         _render(results, args.html, args.markdown)
     if rc not in (0, 1):
         return rc
-    missing = expected - set(df["case_id"])
+    missing = args.expected_ids - set(df["case_id"])
     if missing:
         print(f"check: {len(missing)} case(s) have no row, e.g. {sorted(missing)[:3]}",
               file=sys.stderr)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import isolation, table
+from harness import held_start, isolation, table
 from harness.row import case_row  # noqa: F401  (re-exported: the repro path builds rows too)
 from harness.session import (ROW_KEY, RUN, Run, case_id_of, csv_list,  # noqa: F401
                              default_profile, get_run, resolve_repeat, select_cases)
@@ -104,6 +104,9 @@ def pytest_configure(config):
         config.stash[RUN] = run
         _pin_device(run.worker)
         return
+    results = held_start.wait_for_go()   # before anything is written
+    if results is not None:
+        config.option.results = results
     run = Run(config, False)
     config.stash[RUN] = run
     if config.getoption("collectonly"):
