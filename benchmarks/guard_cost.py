@@ -2,13 +2,18 @@
 
 For a few small planned problems, in this process:
 1. run() per call with every guard on and with every guard off (KERNELS_DISABLE_GUARDS=all,
-   which guards.py reads at every call), in interleaved timings of 20 calls, best of each;
-2. the guard calls one run() makes, recorded with their arguments, each then timed alone on
+   with which run() checks nothing and keeps no memo), in interleaved timings of 20 calls,
+   best of each. "On" repeats one call, so after the first every call takes the fast path:
+   run() keys a memo on everything the checks read (guard switch, shapes, strides, dtypes,
+   devices; plan() clears it) and skips the checks when the key matches the last call that
+   passed them. On - off is then the fast path's whole cost: the key and its comparison.
+2. The same with the memo forgotten before every call: the miss, which checks in full.
+3. The guard calls one run() makes on the fast path (none, but for the fixes a route applies
+   at every call) and on a miss, recorded with their arguments, each then timed alone on
    those same arguments: µs per call, per guard, and their sum per run().
 
-The sum in 2 is the whole cost (the on/off switch included); 1 only shows what the guards'
-bodies add over the switched-off guards. The bar is 1 µs per run() call (reported, not
-asserted). bench.py runs this in a child process with one OpenMP thread (measure_in_child).
+The bar is 1 µs per run() call on the fast path (reported, not asserted). bench.py runs this in
+a child process with one OpenMP thread (measure_in_child).
 """
 from __future__ import annotations
 
@@ -41,11 +46,12 @@ def guards_env(value: str | None):
 
 
 def scenarios() -> dict:
-    """name -> a zero-argument call of one planned run() (or an unplanned single call)."""
+    """name -> a zero-argument call of one planned run() (or an unplanned single call); each
+    call's `forget` attribute clears the memo it keys, so that its next call checks in full."""
     import torch
 
     import kernels
-    from kernels import _lib
+    from kernels import _lib, single
     dev = torch.device("cpu" if _lib.platform() == "host" else "cuda")
     gen = torch.Generator().manual_seed(0)
     hq, hkv, d, page, dt = 4, 2, 64, 16, torch.float16
@@ -66,13 +72,26 @@ def scenarios() -> dict:
     ragged = kernels.BatchPrefillWithRaggedKVCacheWrapper(ws)
     ragged.plan(ints(0, 1), ints(0, 8), hq, hkv, d, q_data_type=dt)
     k8, v8 = rand(8, hkv, d), rand(8, hkv, d)
+
+    def keyed(call, forget):
+        call.forget = forget
+        return call
+
+    def wrapper_memo(w):
+        return lambda: setattr(w, "_memo", None)
     return {
-        "paged prefill run()": lambda: paged.run(q1, cache, out=out1),
-        "batch decode run()": lambda: decode.run(q1, cache, out=out1),
-        "ragged prefill run()": lambda: ragged.run(q1, k8, v8, out=out1),
-        "single_prefill_with_kv_cache()": lambda: kernels.single_prefill_with_kv_cache(
-            q1, k8, v8, out=out1),
+        "paged prefill run()": keyed(lambda: paged.run(q1, cache, out=out1), wrapper_memo(paged)),
+        "batch decode run()": keyed(lambda: decode.run(q1, cache, out=out1), wrapper_memo(decode)),
+        "ragged prefill run()": keyed(lambda: ragged.run(q1, k8, v8, out=out1), wrapper_memo(ragged)),
+        "single_prefill_with_kv_cache()": keyed(lambda: kernels.single_prefill_with_kv_cache(
+            q1, k8, v8, out=out1), single._MEMO.clear),
     }
+
+
+def missing(call):
+    """call, with its memo forgotten first: a run() that checks in full."""
+    forget = call.forget
+    return lambda: (forget(), call())
 
 
 def guard_functions() -> dict:
@@ -144,32 +163,48 @@ def isolated_us(calls: list[tuple], number: int) -> list[tuple[str, float, float
 
 
 def measure(rounds: int = 15, number: int = 200) -> Section:
-    """rounds: of the on/off comparison, each ten short on/off pairs (timings short enough to
+    """rounds: of each on/off comparison, each ten short on/off pairs (timings short enough to
     fall between other processes' time slices); number: calls per isolated guard timing / 10."""
     sec = Section("guard cost")
-    per_guard: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    fast: dict[str, list[float]] = defaultdict(list)
+    miss: dict[str, list[tuple[float, float]]] = defaultdict(list)
     raw = {}
     for label, call in scenarios().items():
         for _ in range(100):
             call()  # warm: first calls allocate and fill caches
         on, off = on_off_us(call, rounds * 10, 20)
-        calls = record_calls(call)
-        alone = isolated_us(calls, number * 10)
-        total_on = sum(t_on for _, t_on, _ in alone)
-        total_off = sum(t_off for _, _, t_off in alone)
-        for name, t_on, t_off in alone:
-            per_guard[name].append((t_on, t_off))
-        flag = "" if total_on <= BAR_US else ", over the bar"
-        sec.add(f"{label}: its guard calls", total_on, "µs/call",
-                f"{len(calls)} calls; switched off {total_off:.2f} µs; bar {BAR_US} µs{flag}")
+        miss_on, miss_off = on_off_us(missing(call), rounds * 10, 20)
+        call()  # the memo again, for the recording of the fast path
+        hit_calls = record_calls(call)
+        alone_hit = isolated_us(hit_calls, number * 10)
+        alone_miss = isolated_us(record_calls(missing(call)), number * 10)
+        hit_us = sum(t_on for _, t_on, _ in alone_hit)
+        miss_us = sum(t_on for _, t_on, _ in alone_miss)
+        miss_off_us = sum(t_off for _, _, t_off in alone_miss)
+        for name, t_on, _ in alone_hit:
+            fast[name].append(t_on)
+        for name, t_on, t_off in alone_miss:
+            miss[name].append((t_on, t_off))
+        flag = "" if on - off <= BAR_US else ", over the bar"
         sec.add(f"{label}: run() on - off", on - off, "µs/call",
-                f"{on:.1f} µs on, {off:.1f} µs off; best of {rounds * 10} interleaved timings")
-        raw[label] = {"on_us": on, "off_us": off, "guards_on_us": total_on,
-                      "guards_off_us": total_off, "calls": alone}
-    for name in sorted(per_guard):
-        ons, offs = [t for t, _ in per_guard[name]], [t for _, t in per_guard[name]]
-        sec.add(f"guard {name}", median(ons), "µs/call",
-                f"median of {len(ons)} calls ({min(ons):.2f}..{max(ons):.2f}); off {median(offs):.2f}")
+                f"{on:.1f} µs on (memo hit), {off:.1f} µs off; bar {BAR_US} µs{flag}; "
+                f"best of {rounds * 10} interleaved timings")
+        sec.add(f"{label}: run() on - off, memo miss", miss_on - miss_off, "µs/call",
+                f"{miss_on:.1f} µs on, {miss_off:.1f} µs off; memo forgotten before every call")
+        sec.add(f"{label}: guard calls, fast path", hit_us, "µs/call",
+                f"{len(alone_hit)} calls" + (f" ({', '.join(n for n, *_ in alone_hit)})" if alone_hit else ""))
+        sec.add(f"{label}: guard calls, miss", miss_us, "µs/call",
+                f"{len(alone_miss)} calls; switched off {miss_off_us:.2f} µs")
+        raw[label] = {"on_us": on, "off_us": off, "miss_on_us": miss_on, "miss_off_us": miss_off,
+                      "fast_guards_us": hit_us, "miss_guards_us": miss_us, "miss_guards_off_us": miss_off_us,
+                      "fast_calls": alone_hit, "miss_calls": alone_miss}
+    for name in sorted(set(miss) | set(fast)):
+        ons, offs = [t for t, _ in miss[name]], [t for _, t in miss[name]]
+        hits = fast.get(name, [])
+        on_fast = f"fast path {median(hits):.2f} µs ({len(hits)} calls)" if hits else "fast path: not called"
+        sec.add(f"guard {name}", median(ons) if ons else None, "µs/call",
+                f"miss: median of {len(ons)} calls ({min(ons, default=0):.2f}..{max(ons, default=0):.2f}), "
+                f"off {median(offs) if offs else 0:.2f}; {on_fast}")
     sec.raw = raw
     return sec
 

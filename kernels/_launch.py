@@ -13,19 +13,29 @@ LAYOUTS = ("NHD", "HND")
 
 def dense_kv_dims(t: torch.Tensor, layout: str) -> dict:
     """k/v [n, H, D] (NHD) or [H, n, D] (HND): length, heads, head_dim and strides."""
+    return dense_dims(t.shape, t.stride(), layout)
+
+
+def dense_dims(shape, stride, layout: str) -> dict:
+    """dense_kv_dims from a tensor's shape and stride(), each read once by the caller."""
     if layout == "NHD":
         n, h = 0, 1
     else:
         n, h = 1, 0
-    return dict(len=t.shape[n], heads=t.shape[h], dim=t.shape[-1],
-                stride_page=0, stride_n=t.stride(n), stride_h=t.stride(h))
+    return dict(len=shape[n], heads=shape[h], dim=shape[-1],
+                stride_page=0, stride_n=stride[n], stride_h=stride[h])
 
 
 def paged_kv_dims(t: torch.Tensor, layout: str) -> dict:
     """A page tensor [P, ps, H, D] (NHD) or [P, H, ps, D] (HND)."""
+    return paged_dims(t.shape, t.stride(), layout)
+
+
+def paged_dims(shape, stride, layout: str) -> dict:
+    """paged_kv_dims from a tensor's shape and stride(), each read once by the caller."""
     n, h = (1, 2) if layout == "NHD" else (2, 1)
-    return dict(pages=t.shape[0], page_size=t.shape[n], heads=t.shape[h], dim=t.shape[-1],
-                stride_page=t.stride(0), stride_n=t.stride(n), stride_h=t.stride(h))
+    return dict(pages=shape[0], page_size=shape[n], heads=shape[h], dim=shape[-1],
+                stride_page=stride[0], stride_n=stride[n], stride_h=stride[h])
 
 
 def unpack_paged(cache, where: str):
@@ -54,9 +64,12 @@ def code(dtype: torch.dtype) -> int:
 
 def params(*, q, k, v, kd: dict, vd: dict, o, lse, num_qo_heads, num_kv_heads, head_dim_qk,
            head_dim_vo, causal, window_left, sm_scale, q_dtype, kv_dtype, o_dtype,
-           page_size=0, **rest) -> AttnParams:
+           page_size=0, q_stride=None, **rest) -> AttnParams:
+    """q_stride: q.stride() where the caller has read it already."""
     p = AttnParams()
-    p.q, p.q_stride_n, p.q_stride_h = q.data_ptr(), q.stride(0), q.stride(1)
+    if q_stride is None:
+        q_stride = q.stride()
+    p.q, p.q_stride_n, p.q_stride_h = q.data_ptr(), q_stride[0], q_stride[1]
     p.k, p.k_stride_page, p.k_stride_n, p.k_stride_h = k.data_ptr(), kd["stride_page"], kd["stride_n"], kd["stride_h"]
     p.v, p.v_stride_page, p.v_stride_n, p.v_stride_h = v.data_ptr(), vd["stride_page"], vd["stride_n"], vd["stride_h"]
     p.o, p.lse = o.data_ptr(), _lib.ptr(lse)

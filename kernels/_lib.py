@@ -46,6 +46,7 @@ _SIGNATURES = {
 
 _lock = threading.Lock()
 _handle = None
+_platform = None  # kernels_platform() of the loaded library, which cannot change in a process
 
 
 def lib():
@@ -71,7 +72,11 @@ def call(name: str, *args) -> None:
 
 
 def platform() -> str:
-    return lib().kernels_platform().decode()
+    """'host', or the GPU platform the library was built for; asked once (every run() reads it)."""
+    global _platform
+    if _platform is None:
+        _platform = lib().kernels_platform().decode()
+    return _platform
 
 
 def ptr(t: torch.Tensor | None) -> int | None:

@@ -58,6 +58,9 @@ class Planned:
         self._bufs: dict = {}
         self._sched = None
         self._plan_sched: dict | None = None
+        # The key of the last run() whose checks passed (see prefill._BatchRun._prepare_paged);
+        # every plan() clears it, so a re-planned wrapper checks its next run() in full.
+        self._memo = None
 
     @property
     def plan_info(self) -> SimpleNamespace:

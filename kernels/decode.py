@@ -50,13 +50,16 @@ class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
 
     def run(self, q, paged_kv_cache, out=None, lse=None, return_lse=False, **ignored):
         where = "run()"
-        guards.half_planned_refuses(where, self._state)
         if self._backend == "aiter" and return_lse:
+            if self._state != "ok":  # the guard passes an "ok" plan whether it is on or off
+                guards.half_planned_refuses(where, self._state)
             return self._shadow_plan().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True)
         P = self._p
-        q, k, v, kd, vd = self._check_paged_run(where, q, paged_kv_cache, rows_field="batch_size")
-        out, lse = self._outputs(where, q, out, lse, return_lse)
-        common = dict(page_size=P["page_size"], kv_indices=self._bufs["indices"])
+        # Checked in full, or skipped when everything the checks read matches the last call that
+        # passed them (_prepare_paged); half_planned_refuses comes first, as it always did.
+        q, k, v, kd, vd, qst, out, lse = self._prepare_paged(where, q, paged_kv_cache, out, lse, return_lse,
+                                                             rows_field="batch_size")
+        common = dict(page_size=P["page_size"], kv_indices=self._bufs["indices"], q_stride=qst)
         if self._backend == "aiter":
             return self._run(where, "kernels_decode", q, k, v, kd, vd, out, None, False, lse_written=False, **common)
         if self._backend == "ll4mi" and self._route == "ll4mi" and not return_lse:

@@ -5,6 +5,14 @@ then does what the library did before the fix. A disabled check does nothing; a 
 returns the unfixed value. Whatever goes wrong next comes from the kernels themselves.
 
 Refusals raise ValueError naming the field, the planned (or required) value and the given one.
+
+The fast path: run() (and the single calls) check in full, then remember the key of the call
+that passed: switch() below, and every tensor's shape, stride (contiguity for outputs), dtype
+and device, which is everything a check reads besides the plan (plan() clears the memo). A
+call with an equal key skips the checks; any difference checks again, with the same messages.
+The fixes a launch applies at every call (merge_live_rows) are still called. With every guard
+off, run() checks nothing and keeps no memo. No check reads the KERNELS_TESTONLY* variables:
+the library reads them at every launch, which no memo skips.
 """
 from __future__ import annotations
 
@@ -61,6 +69,25 @@ def disabled() -> AbstractSet[str]:
 
 def enabled(name: str) -> bool:
     return name not in disabled()
+
+
+def switch() -> AbstractSet[str] | None:
+    """The switch a run() memo is keyed on: None when every guard is off (the call then skips its
+    checks, memo and all), else the disabled set, the same frozenset object while
+    KERNELS_DISABLE_GUARDS keeps its value (so a memo compares it by identity first). Read at
+    every call, through disabled() unless that is this module's own (a build or test may
+    override it), and then with the unset variable answered inline."""
+    if disabled is _DISABLED:
+        try:
+            if os.environ._data.get(_ENV_KEY) is None:
+                return _NONE
+        except AttributeError:  # os.environ replaced by a plain mapping
+            pass
+    off = disabled()
+    return off if len(off) < len(NAMES) else None
+
+
+_DISABLED = disabled
 
 
 def guard(name: str, doc: str, unfixed: Callable | None = None):

@@ -4,9 +4,33 @@ from __future__ import annotations
 import torch
 
 from . import guards
-from ._launch import check_device, dense_kv_dims, launch, paged_kv_dims, params, unpack_paged
+from ._launch import (check_device, dense_dims, dense_kv_dims, launch, paged_dims, paged_kv_dims, params,
+                      unpack_paged)
 from ._lib import call, ptr, stream_of
 from ._plan import Planned, host_ints
+
+_T = torch.Tensor
+
+
+def out_sig(t):
+    """What the guards read of an out, lse or partial-state tensor: shape, contiguity, dtype,
+    device (None for None). False when it is not a plain torch.Tensor: such a call is not memoized."""
+    if t is None:
+        return None
+    if type(t) is not _T:
+        return False
+    return t.shape, t.is_contiguous(), t.dtype, t.device
+
+
+def state_sig(partial_state):
+    """out_sig of both halves of a partial_state (None for None); False when it is not a pair of
+    plain tensors, which the full checks then see as the caller passed it."""
+    if partial_state is None:
+        return None
+    if type(partial_state) not in (tuple, list) or len(partial_state) != 2:
+        return False
+    a, b = out_sig(partial_state[0]), out_sig(partial_state[1])
+    return False if not a or not b else (a, b)
 
 
 def paged_kv_lens(kv_indptr: list[int], last_page_len: list[int], page_size: int) -> list[int]:
@@ -34,7 +58,9 @@ class _BatchRun(Planned):
         """plan()'s common steps: every check before the first write, then stage and schedule.
 
         validate(): the wrapper's own index-tensor checks; stage(): stages its index tensors
-        and returns the per-request kv_lens (computed only once the checks have passed)."""
+        and returns the per-request kv_lens (computed only once the checks have passed).
+        The run() memo is cleared first and last: the next run() is checked against this plan."""
+        self._memo = None
         def checks():
             validate()
             self._validate_dims(where, d)
@@ -50,34 +76,43 @@ class _BatchRun(Planned):
         self._stage("kv_lens", kv_lens, "batch_size")
         self._plan_sched = self._schedule(qo, kv_lens, d["num_qo_heads"], d["head_dim_vo"], max_kv_chunk, unsplit)
         self._state = "ok"
+        self._memo = None
+
+    def _alloc(self, q, rows, out, lse, return_lse):
+        """out (and lse when asked for) where the caller gave none."""
+        P = self._p
+        if out is None:
+            out = torch.empty(rows, P["num_qo_heads"], P["head_dim_vo"], dtype=P["q_data_type"], device=q.device)
+        if lse is None and return_lse:
+            lse = torch.empty(rows, P["num_qo_heads"], dtype=torch.float32, device=q.device)
+        return out, lse
 
     def _outputs(self, where, q, out, lse, return_lse, partial_state=None):
         P = self._p
         rows, hq, dvo = q.shape[0], P["num_qo_heads"], P["head_dim_vo"]
-        if out is None:
-            out = torch.empty(rows, hq, dvo, dtype=P["q_data_type"], device=q.device)
-        if lse is None and return_lse:
-            lse = torch.empty(rows, hq, dtype=torch.float32, device=q.device)
+        out, lse = self._alloc(q, rows, out, lse, return_lse)
         ps_v, ps_s = partial_state if partial_state is not None else (None, None)
         check_device(where, {"out": out, "lse": lse, "partial_state_v": ps_v, "partial_state_s": ps_s})
         guards.out_contiguous(where, {"out": out, "lse": lse, "partial_state_v": ps_v, "partial_state_s": ps_s},
                               {"out": (rows, hq, dvo), "lse": (rows, hq),
                                "partial_state_v": tuple(out.shape), "partial_state_s": tuple(out.shape[:2])})
+        if partial_state is not None:
+            guards.partial_state_needs_lse(where, self._plan_sched["split"], lse)
         return out, lse
 
     def _run(self, where, entry, q, k, v, kd, vd, out, lse, return_lse, partial_state=None, page_size=0,
-             kv_indices=None, sched=None, lse_written=True):
+             kv_indices=None, sched=None, lse_written=True, q_stride=None):
+        """The launch (and partial_state merge); every check is done (or memoized) by then."""
         P = self._p
         sched = sched or self._plan_sched
         if partial_state is not None:
-            guards.partial_state_needs_lse(where, sched["split"], lse)
             if lse is None and not sched["split"]:
                 lse = torch.empty(out.shape[0], P["num_qo_heads"], dtype=torch.float32, device=q.device)
         p = params(q=q, k=k, v=v, kd=kd, vd=vd, o=out, lse=lse if lse_written else None,
                    num_qo_heads=P["num_qo_heads"], num_kv_heads=P["num_kv_heads"],
                    head_dim_qk=P["head_dim_qk"], head_dim_vo=P["head_dim_vo"], causal=P["causal"],
                    window_left=P["window_left"], sm_scale=P["sm_scale"], q_dtype=P["q_data_type"],
-                   kv_dtype=P["kv_data_type"], o_dtype=P["q_data_type"], page_size=page_size,
+                   kv_dtype=P["kv_data_type"], o_dtype=P["q_data_type"], page_size=page_size, q_stride=q_stride,
                    **self._launch_fields(sched, self._bufs["qo_indptr"], self._bufs["kv_indptr"],
                                          kv_indices, self._bufs["kv_lens"]))
         launch(entry, p, q)
@@ -157,14 +192,70 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
         ])
         return q, k, v, kd, vd
 
+    def _prepare_paged(self, where, q, paged_kv_cache, out, lse, return_lse, partial_state=None,
+                       rows_field="rows"):
+        """run()'s checks, and what its launch reads: (q, k, v, kd, vd, q.stride(), out, lse).
+
+        The checks run in full on the first call after plan(), and again whenever the key changes:
+        the guard switch, and every tensor's shape, stride (contiguity for out, lse and
+        partial_state), dtype and device, which is all that any of them reads (besides the
+        plan, which plan() settles by clearing the memo). A call that matches the last one that
+        passed skips them. Every guard off: no checks and no key."""
+        sw = guards.switch()
+        key = None
+        cache = paged_kv_cache
+        kind = type(cache)
+        if kind is tuple or kind is list:  # (k, v); anything else but two plain tensors: the full checks
+            whole = None
+            plain = len(cache) == 2 and _T is type(cache[0]) is type(cache[1])
+            if plain:
+                k, v = cache
+        else:  # one [P, 2, ...] tensor
+            whole = cache
+            plain = kind is _T
+        if plain and type(q) is _T:
+            qs, qst = q.shape, q.stride()
+            if whole is None:
+                ks, kst, vs, vst = k.shape, k.stride(), v.shape, v.stride()
+            if sw is None:  # every guard off: nothing to check
+                hit = True
+            else:
+                if out is None:
+                    osig = None
+                elif type(out) is _T:  # out_sig(out), inline: this is the common case
+                    osig = out.shape, out.is_contiguous(), out.dtype, out.device
+                else:
+                    osig = False
+                lsig = None if lse is None else out_sig(lse)
+                psig = None if partial_state is None else state_sig(partial_state)
+                if osig is False or lsig is False or psig is False:
+                    hit = False  # not plain tensors: checked at every call
+                else:
+                    key = ((sw, qs, qst, q.dtype, q.device, ks, kst, k.dtype, k.device, vs, vst, v.dtype,
+                            v.device, osig, lsig, not return_lse, psig) if whole is None else
+                           (sw, qs, qst, q.dtype, q.device, whole.shape, whole.stride(), whole.dtype,
+                            whole.device, osig, lsig, not return_lse, psig))
+                    hit = key == self._memo
+            if hit:
+                if whole is not None:
+                    k, v = whole[:, 0], whole[:, 1]
+                    ks, kst, vs, vst = k.shape, k.stride(), v.shape, v.stride()
+                layout = self._kv_layout
+                out, lse = self._alloc(q, qs[0], out, lse, return_lse)
+                return q, k, v, paged_dims(ks, kst, layout), paged_dims(vs, vst, layout), qst, out, lse
+        guards.half_planned_refuses(where, self._state)
+        q, k, v, kd, vd = self._check_paged_run(where, q, paged_kv_cache, rows_field)
+        out, lse = self._outputs(where, q, out, lse, return_lse, partial_state)
+        if key is not None:
+            self._memo = key
+        return q, k, v, kd, vd, None, out, lse
+
     def run(self, q, paged_kv_cache, out=None, lse=None, return_lse=False, partial_state=None):
         where = "run()"
-        guards.half_planned_refuses(where, self._state)
-        P = self._p
-        q, k, v, kd, vd = self._check_paged_run(where, q, paged_kv_cache)
-        out, lse = self._outputs(where, q, out, lse, return_lse, partial_state)
+        q, k, v, kd, vd, qst, out, lse = self._prepare_paged(where, q, paged_kv_cache, out, lse, return_lse,
+                                                             partial_state)
         return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse, partial_state,
-                         page_size=P["page_size"], kv_indices=self._bufs["indices"])
+                         page_size=self._p["page_size"], kv_indices=self._bufs["indices"], q_stride=qst)
 
 
 class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
@@ -195,6 +286,38 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
 
     def run(self, q, k, v, out=None, lse=None, return_lse=False):
         where = "run()"
+        sw = guards.switch()
+        key = None
+        if _T is type(q) is type(k) is type(v):
+            qs, qst, ks, kst, vs, vst = q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride()
+            if sw is None:  # every guard off: nothing to check
+                hit = True
+            else:  # the memo: see _prepare_paged
+                if out is None:
+                    osig = None
+                elif type(out) is _T:  # out_sig(out), inline: this is the common case
+                    osig = out.shape, out.is_contiguous(), out.dtype, out.device
+                else:
+                    osig = False
+                lsig = None if lse is None else out_sig(lse)
+                if osig is False or lsig is False:
+                    hit = False
+                else:
+                    key = (sw, qs, qst, q.dtype, q.device, ks, kst, k.dtype, k.device, vs, vst, v.dtype, v.device,
+                           osig, lsig, not return_lse)
+                    hit = key == self._memo
+            if hit:
+                layout = self._kv_layout
+                kd, vd = dense_dims(ks, kst, layout), dense_dims(vs, vst, layout)
+                out, lse = self._alloc(q, qs[0], out, lse, return_lse)
+                return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse, q_stride=qst)
+        q, k, v, kd, vd = self._check_ragged_run(where, q, k, v)
+        out, lse = self._outputs(where, q, out, lse, return_lse)
+        if key is not None:
+            self._memo = key
+        return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse)
+
+    def _check_ragged_run(self, where, q, k, v):
         guards.half_planned_refuses(where, self._state)
         P = self._p
         check_device(where, {"q": q, "k": k, "v": v})
@@ -216,5 +339,4 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
             ("kv_rows", P["kv_rows"], kd["len"], "k", "at_least"),
             ("kv_rows", P["kv_rows"], vd["len"], "v", "at_least"),
         ])
-        out, lse = self._outputs(where, q, out, lse, return_lse)
-        return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse)
+        return q, k, v, kd, vd

@@ -394,3 +394,212 @@ def test_guard_off_kills_the_process(name, code, rc):
     """The guard-on refusal of each is in test_guard_refuses_naming_the_field."""
     proc = run_isolated(code, name)
     assert proc.returncode == rc, proc.stderr[-2000:]
+
+
+# ---- the run() memo: a call that matches the last checked one skips the checks -----------------
+# Every refusal below comes after a call that armed the memo (its repeat made no guard call), and
+# must read exactly as it does on a wrapper (or a memo) that never saw a call. Each bad call
+# differs from the checked one in one thing a key could leave out: strides with the same
+# storage, shape and data_ptr; heads or rows of a view with the same data_ptr; the plan; the
+# guard switch; lse; device; dtype; the same tensor object changed in place.
+
+@pytest.fixture
+def guard_calls(monkeypatch):
+    """The names of the guards called from here on, in order (every guard recorded, none changed)."""
+    seen = []
+    for attr, fn in list(vars(guards).items()):
+        if hasattr(fn, "guard_name"):
+            def rec(*args, _fn=fn, **kwargs):
+                seen.append(_fn.guard_name)
+                return _fn(*args, **kwargs)
+            monkeypatch.setattr(guards, attr, rec)
+    return seen
+
+
+def refusal(call) -> str:
+    with pytest.raises(ValueError) as e:
+        call()
+    return str(e.value)
+
+
+def memoized(call, guard_calls, still_called=()):
+    """call() twice: the first checks in full, the repeat (an equal key) calls no check."""
+    call()
+    assert {"half_planned_refuses", "run_matches_plan"} & set(guard_calls) or \
+        {"rank_expected", "kv_shapes_agree"} <= set(guard_calls), guard_calls
+    del guard_calls[:]
+    call()
+    assert set(guard_calls) <= set(still_called), guard_calls
+    del guard_calls[:]
+
+
+def test_memo_rechecks_a_strided_view_of_the_same_storage(guard_calls):
+    w, q, pg, _ = paged_setup()
+    base = torch.zeros(q.shape[0], 4, 128, dtype=q.dtype)
+    packed, strided = base[..., :64], base[..., ::2]
+    packed.copy_(q)
+    assert (packed.data_ptr(), packed.shape, packed.dtype) == (strided.data_ptr(), strided.shape, strided.dtype)
+    memoized(lambda: w.run(packed, pg.cache), guard_calls)
+    msg = refusal(lambda: w.run(strided, pg.cache))
+    assert msg == refusal(lambda: paged_setup()[0].run(strided, pg.cache))
+    assert "q has stride(-1) == 2" in msg
+
+
+def test_memo_rechecks_q_with_fewer_heads(guard_calls):
+    w, q, pg, _ = paged_setup()
+    memoized(lambda: w.run(q, pg.cache), guard_calls)
+    fewer = q[:, :2]  # the same data_ptr, dtype and device
+    msg = refusal(lambda: w.run(fewer, pg.cache))
+    assert msg == refusal(lambda: paged_setup()[0].run(fewer, pg.cache))
+    assert "num_qo_heads is 4 in plan() but q has 2" in msg
+
+
+def test_memo_rechecks_an_out_with_fewer_rows(guard_calls):
+    w, q, pg, _ = paged_setup()
+    out = torch.empty(q.shape[0], 4, 64, dtype=q.dtype)
+    memoized(lambda: w.run(q, pg.cache, out=out), guard_calls)
+    msg = refusal(lambda: w.run(q, pg.cache, out=out[:2]))
+    assert msg == refusal(lambda: paged_setup()[0].run(q, pg.cache, out=out[:2]))
+    assert "out must have shape (5, 4, 64) but has (2, 4, 64)" in msg
+
+
+def test_memo_is_cleared_by_a_replan(guard_calls):
+    w, q, pg, qo = paged_setup()
+    memoized(lambda: w.run(q, pg.cache), guard_calls)
+    replan = (qo, pg.indptr, pg.indices, pg.last, 2, 2, 64, 16)  # 2 query heads now
+    w.plan(*replan, causal=True)
+    msg = refusal(lambda: w.run(q, pg.cache))
+    fresh = kernels.BatchPrefillWithPagedKVCacheWrapper(workspace(1))
+    fresh.plan(*replan, causal=True)
+    assert msg == refusal(lambda: fresh.run(q, pg.cache))
+    assert "num_qo_heads is 2 in plan() but q has 4" in msg
+    two = q[:, :2].contiguous()  # what the new plan takes
+    close(w.run(two, pg.cache), paged_ref(two, pg, qo), torch.float16)
+
+
+@pytest.mark.parametrize("disable", ["run_matches_plan", "all"])
+def test_memo_rechecks_when_guards_are_switched_back_on(off, monkeypatch, guard_calls, disable):
+    w, q, pg, _ = paged_setup()
+    qb = q.to(torch.bfloat16)
+    off(disable)
+    w.run(qb, pg.cache)
+    w.run(qb, pg.cache)  # let through (and, with one guard off, memoized) while it is off
+    monkeypatch.delenv("KERNELS_DISABLE_GUARDS")
+    msg = refusal(lambda: w.run(qb, pg.cache))
+    assert msg == refusal(lambda: paged_setup()[0].run(qb, pg.cache))
+    assert "dtype is float16 in plan() but q has bfloat16" in msg
+
+
+def test_memo_rechecks_partial_state_without_lse(guard_calls):
+    w, q, pg, _ = paged_setup(max_kv_chunk=8)
+    assert w.plan_info.split
+    state = (torch.zeros(q.shape[0], 4, 64, dtype=q.dtype), torch.zeros(q.shape[0], 4))
+    memoized(lambda: w.run(q, pg.cache, return_lse=True, partial_state=state), guard_calls,
+             still_called={"merge_live_rows"})  # a fix the merge applies at every call
+    msg = refusal(lambda: w.run(q, pg.cache, partial_state=state))
+    assert msg == refusal(lambda: paged_setup(max_kv_chunk=8)[0].run(q, pg.cache, partial_state=state))
+    assert "partial_state on a split-KV plan needs lse" in msg
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda q: torch.empty_strided(q.shape, q.stride(), dtype=q.dtype, device="meta"), "q is on meta"),
+    (lambda q: q.to(torch.bfloat16), "dtype is float16 in plan() but q has bfloat16"),
+], ids=["device", "dtype"])
+def test_memo_rechecks_another_device_or_dtype(guard_calls, change, words):
+    w, q, pg, _ = paged_setup()
+    memoized(lambda: w.run(q, pg.cache), guard_calls)
+    other = change(q)
+    assert (other.shape, other.stride()) == (q.shape, q.stride())
+    msg = refusal(lambda: w.run(other, pg.cache))
+    assert msg == refusal(lambda: paged_setup()[0].run(other, pg.cache))
+    assert words in msg
+
+
+def test_memo_rechecks_a_tensor_changed_in_place(guard_calls):
+    w, q, pg, _ = paged_setup()
+    qq = torch.zeros(q.shape[0], 4, 128, dtype=q.dtype)[..., :64]
+    qq.copy_(q)
+    memoized(lambda: w.run(qq, pg.cache), guard_calls)
+    qq.as_strided_(qq.shape, (512, 128, 2))  # the same object (and id), its last dim strided now
+    msg = refusal(lambda: w.run(qq, pg.cache))
+    assert msg == refusal(lambda: paged_setup()[0].run(qq, pg.cache))
+    assert "q has stride(-1) == 2" in msg
+
+
+def test_ragged_and_decode_memos_recheck_fewer_heads(guard_calls):
+    def ragged():
+        w = kernels.BatchPrefillWithRaggedKVCacheWrapper(workspace(1))
+        w.plan(torch.tensor([0, 5]), torch.tensor([0, 9]), 4, 2, 64)
+        return w
+    q, k, v = single_inputs(4, 2)
+    w = ragged()
+    memoized(lambda: w.run(q, k, v), guard_calls)
+    msg = refusal(lambda: w.run(q, k, v[:, :1]))
+    assert msg == refusal(lambda: ragged().run(q, k, v[:, :1]))
+    assert "num_kv_heads is 2 in plan() but v has 1" in msg
+
+    pg = make_paged([10, 3], 16, 2, 64, form="stacked")  # one [P, 2, ps, H, D] tensor
+
+    def decode():
+        w = kernels.BatchDecodeWithPagedKVCacheWrapper(workspace(1))
+        w.plan(pg.indptr, pg.indices, pg.last, 4, 2, 64, 16)
+        return w
+    qd = rand(2, 4, 64, gen=gen(7))
+    w = decode()
+    memoized(lambda: w.run(qd, pg.cache), guard_calls)
+    fewer = pg.cache[:, :, :, :1]
+    msg = refusal(lambda: w.run(qd, fewer))
+    assert msg == refusal(lambda: decode().run(qd, fewer))
+    assert "num_kv_heads is 2 in plan() but k_cache has 1" in msg
+    msg = refusal(lambda: w.run(qd, pg.cache[:, 0]))  # a 4-D tensor: the rank guard, not the memo
+    assert "paged_kv_cache must have rank 5" in msg
+
+
+@pytest.mark.parametrize("bad,words", [
+    (lambda q, k, v, out: (q, k, v[:3], {}), "kv_len is 9 for one tensor but 3"),
+    (lambda q, k, v, out: (q[:, :3], k, v, {}), "num_qo_heads 3 is not a multiple of num_kv_heads 2"),
+    (lambda q, k, v, out: (q, k, v, {"kv_layout": "NDH"}), "kv_layout is 'NDH'"),
+    (lambda q, k, v, out: (q, k, v, {"out": torch.empty(5, 4, 128, dtype=q.dtype)[..., ::2]}),
+     "out must be contiguous"),
+    (lambda q, k, v, out: (q, k.as_strided(k.shape, (256, 128, 2)), v, {}), "k has stride(-1) == 2"),
+], ids=["kv_len", "heads", "layout", "strided_out", "strided_k"])
+def test_single_memo_rechecks(guard_calls, bad, words):
+    from kernels import single
+    single._MEMO.clear()  # the single calls' memo is the module's: start from none
+    q, k0, v = single_inputs(4, 2)
+    k = torch.zeros(9, 2, 128, dtype=k0.dtype)[..., :64]  # packed rows of a wider buffer
+    k.copy_(k0)
+    out = torch.empty(5, 4, 64, dtype=q.dtype)
+    memoized(lambda: kernels.single_prefill_with_kv_cache(q, k, v, out=out), guard_calls)
+    bq, bk, bv, change = bad(q, k, v, out)
+    kw = {"out": out, **change}  # one thing differs from the memoized call
+    msg = refusal(lambda: kernels.single_prefill_with_kv_cache(bq, bk, bv, **kw))
+    single._MEMO.clear()
+    assert msg == refusal(lambda: kernels.single_prefill_with_kv_cache(bq, bk, bv, **kw))
+    assert words in msg
+
+
+def test_single_decode_memo_keeps_copying_a_strided_q(guard_calls):
+    from kernels import single
+    single._MEMO.clear()
+    q, k, v = single_inputs(4, 2, L=1)
+    qs = torch.stack([q[0], torch.full_like(q[0], float("nan"))], -1).flatten(-2)[..., ::2]
+    want = ref_attention(q, k, v)[0][0]
+    for _ in range(3):  # the copy is the fix: made at every call, never memoized away
+        close(kernels.single_decode_with_kv_cache(qs, k, v), want, torch.float16)
+        assert "last_dim_contiguous" in guard_calls
+        del guard_calls[:]
+    packed = qs.contiguous()
+    memoized(lambda: kernels.single_decode_with_kv_cache(packed, k, v), guard_calls)
+    close(kernels.single_decode_with_kv_cache(packed, k, v), want, torch.float16)
+
+
+def test_memo_leaves_the_launch_time_fault_switch_alone(guard_calls, monkeypatch):
+    """No check reads KERNELS_TESTONLY_FAULT: the library reads it at every launch, which the
+    fast path never skips, so a fault set after the memo is armed still reaches the kernels."""
+    w, q, pg, _ = paged_setup()
+    memoized(lambda: w.run(q, pg.cache), guard_calls)
+    monkeypatch.delenv("KERNELS_TESTONLY", raising=False)
+    monkeypatch.setenv("KERNELS_TESTONLY_FAULT", "softmax_no_max")
+    assert "set KERNELS_TESTONLY=1" in refusal(lambda: w.run(q, pg.cache))
+    assert guard_calls == []  # refused by the launch, on the fast path
