@@ -1,26 +1,114 @@
 #!/usr/bin/env bash
-# The bundled library on an NVIDIA GPU: build, the GPU kernel tests (CUDA-graph capture and
-# replay after a re-plan included), `make check` over every family, and the guards-off run.
-# Run from the repo root on the GPU machine; .whl/ carries pytest-rerunfailures.
-# Writes its tables, reports and logs to $OUT (default ./gpu_out).
+# The bundled library on an NVIDIA GPU, in one device call: build, the GPU tests (CUDA-graph
+# capture and replay, the sanitizer), throughput with and without MPS, the full profile, the
+# captured-graph guards-off rows, the sanitizer on guards-off crash rows, the past-2^31 case's
+# build time, and `make bench`.
+#
+# Run from the repo root on the GPU machine (no network; .whl/ may carry pytest-rerunfailures):
+#   bash benchmarks/gpu_bundled.sh [STEP ...]
+# Steps (default: all, in this order; each is skipped once DEADLINE_S is near):
+#   build tests throughput full graphs offset sanitizer bench
+# Knobs: WORKERS (16), DEADLINE_S (560), OUT (./gpu_out).
+# Writes log.txt, the tables and reports to $OUT.
 set -uo pipefail
+START=$(date +%s)
 OUT=${OUT:-$PWD/gpu_out}
-WORKERS=${WORKERS:-8}
-mkdir -p "$OUT"
+WORKERS=${WORKERS:-16}
+DEADLINE_S=${DEADLINE_S:-560}
+RES=/tmp/bundled_res
+mkdir -p "$OUT" "$RES"
+LOG="$OUT/log.txt"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PATH="/usr/local/cuda/bin:$PATH"
 if ls .whl/pytest_rerunfailures-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/pytest_rerunfailures-*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-t() { local s=$(date +%s.%N); "$@"; local rc=$?; echo "[$(printf '%.1f' "$(echo "$(date +%s.%N) - $s" | bc)") s, rc $rc] $*"; return $rc; }
-{
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
-  t python3 -m kernels.build
-  t python3 -m pytest tests/test_kernels_gpu.py -q -p no:cacheprovider
-  t make check ARGS="-n $WORKERS"
-  t python3 -m harness check -n "$WORKERS" --disable-guards all --case-timeout 60 \
-      --results "$OUT/before.jsonl" --family strided,misplanned,gqa,graph_replan,restaged_indptr,small_head,mixed_batch
-} 2>&1 | tee "$OUT/log.txt"
-cp results/*.jsonl reports/out/* "$OUT"/ 2>/dev/null
+
+say() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
+left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
+# timed NEED_S CMD...: runs CMD under the time left, when at least NEED_S are left.
+timed() {
+  local need=$1; shift
+  local budget; budget=$(left)
+  if [ "$budget" -lt "$need" ]; then say "skipped (needs ${need}s, ${budget}s left): $*"; return 0; fi
+  local s; s=$(date +%s.%N)
+  timeout --signal=INT --kill-after=15 "$budget" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  say "$(printf '%.1f' "$(echo "$(date +%s.%N) - $s" | bc)") s, rc $rc: $*"
+  return $rc
+}
+CHECK="python3 -m harness check --reruns 0"
+
+mps_on() {   # one shared GPU context for every worker: no time-slicing between processes
+  command -v nvidia-cuda-mps-control >/dev/null || { say "mps: nvidia-cuda-mps-control not found"; return 1; }
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p /tmp/mps /tmp/mps-log
+  nvidia-cuda-mps-control -d && sleep 1 && say "mps: on"
+}
+mps_off() {
+  [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] || return 0
+  echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; sleep 1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; say "mps: off"
+}
+
+step_build() {
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+  } >>"$LOG" 2>&1
+  timed 20 python3 -m kernels.build
+}
+step_tests() {
+  timed 60 python3 -m pytest tests/test_kernels_gpu.py tests/test_graph_capture.py -q -p no:cacheprovider
+}
+step_sanitizer() {
+  mps_off   # compute-sanitizer does not run under MPS
+  timed 60 python3 -m pytest tests/test_sanitizer.py -q -p no:cacheprovider -k names_the_library_kernel
+  timed 40 $CHECK --target bundled --disable-guards partial_state_needs_lse --family graph_replan \
+      --case-id partial_state_without_lse --sanitizer memcheck -n 1 --results "$OUT/sanitizer.jsonl" \
+      --html "$OUT/sanitizer.html"
+  timed 40 $CHECK --target bundled --disable-guards gqa_divisible --family gqa \
+      --case-id fa2.single_prefill/gqa.kv0/bf16-d128-h8x0-nolse --sanitizer memcheck -n 1 \
+      --results "$OUT/sanitizer_kv0.jsonl"
+}
+# The ci profile's valid family (577 cases), --repeat 1: at 4 and 16 workers without MPS,
+# then at 1, 4, 8, 16 with it (MPS stays on for the steps after).
+THRU="--profile ci --family valid --repeat 1"
+step_throughput() {
+  for n in 4 16; do timed 40 $CHECK $THRU -n "$n" --results "$RES/valid-n$n.jsonl"; done
+  if mps_on; then
+    for n in 16 8 4 1; do timed 40 $CHECK $THRU -n "$n" --results "$RES/valid-mps-n$n.jsonl"; done
+  fi
+}
+step_full() {   # the full profile (the GPU's default), --repeat 2 (the GPU's default)
+  timed 120 $CHECK -n "$WORKERS" --html "$OUT/full.html" --markdown "$OUT/full.md" \
+      --results "$RES/full.jsonl"
+}
+step_graphs() {   # the captured graph's merge past the smaller batch, with its guard off
+  timed 20 $CHECK --family graph_replan --disable-guards merge_live_rows -n 4 \
+      --results "$OUT/graphs_merge_live_rows.jsonl"
+  timed 20 $CHECK --family graph_replan --disable-guards graph_capacity -n 4 \
+      --results "$OUT/graphs_graph_capacity.jsonl"
+}
+step_offset() {   # the past-2^31 cases alone: the row's duration is the build and the run
+  timed 30 $CHECK --profile full --family scale --case-id offset_past_2_31 -n 4 --repeat 1 \
+      --results "$OUT/offset.jsonl"
+}
+step_bench() { timed 120 python3 -m benchmarks.bench --quick --out "$OUT/bench"; }
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(build tests throughput full graphs offset sanitizer bench)
+for s in "${steps[@]}"; do say "== $s"; "step_$s"; done
+mps_off
+python3 - "$RES" >>"$LOG" 2>&1 <<'EOF'
+import json, sys, pathlib
+for p in sorted(pathlib.Path(sys.argv[1]).glob("*.jsonl")):
+    rows = [json.loads(l) for l in p.open()]
+    bad = [r for r in rows if not r.get("pass")]
+    print(f"{p.name}: {len(rows)} rows, {len(bad)} failing")
+    for r in bad[:10]:
+        print("  ", r["outcome"], r["case_id"], r["message"][:200])
+EOF
+cp "$RES"/full.jsonl "$OUT"/ 2>/dev/null
+say "done"
 exit 0
