@@ -220,12 +220,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
             if sw is None:  # every guard off: nothing to check
                 hit = True
             else:
-                if out is None:
-                    osig = None
-                elif type(out) is _T:  # out_sig(out), inline: this is the common case
-                    osig = out.shape, out.is_contiguous(), out.dtype, out.device
-                else:
-                    osig = False
+                osig = out_sig(out)
                 lsig = None if lse is None else out_sig(lse)
                 psig = None if partial_state is None else state_sig(partial_state)
                 if osig is False or lsig is False or psig is False:
@@ -293,12 +288,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
             if sw is None:  # every guard off: nothing to check
                 hit = True
             else:  # the memo: see _prepare_paged
-                if out is None:
-                    osig = None
-                elif type(out) is _T:  # out_sig(out), inline: this is the common case
-                    osig = out.shape, out.is_contiguous(), out.dtype, out.device
-                else:
-                    osig = False
+                osig = out_sig(out)
                 lsig = None if lse is None else out_sig(lse)
                 if osig is False or lsig is False:
                     hit = False

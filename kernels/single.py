@@ -15,6 +15,18 @@ _T = torch.Tensor
 _MEMO: dict = {}
 
 
+def _key(sw, kv_layout, q, k, v, out, lse, return_lse):
+    """The memo key of a single-request call (see _MEMO); None when it is not memoized (every
+    guard off, or an argument that is not a plain tensor or layout name)."""
+    if sw is None or type(kv_layout) is not str:
+        return None
+    osig, lsig = out_sig(out), out_sig(lse)
+    if osig is False or lsig is False:
+        return None
+    return (sw, kv_layout, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+            v.shape, v.stride(), v.dtype, v.device, osig, lsig, not return_lse)
+
+
 def _single(where, q, k, v, *, causal, kv_layout, window_left, sm_scale, return_lse, out, lse,
             entry, out_shape, lse_shape, dims=None, q_stride=None):
     """dims None: every check, in order; dims (kd, vd) given: the caller's memo says they passed."""
@@ -54,17 +66,7 @@ def single_prefill_with_kv_cache(q, k, v, causal=False, kv_layout="NHD", window_
     if _T is type(q) is type(k) is type(v):
         qs, qst, ks, kst, vs, vst = q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride()
         sw = guards.switch()
-        if sw is not None and type(kv_layout) is str:
-            if out is None:
-                osig = None
-            elif type(out) is _T:  # out_sig(out), inline: this is the common case
-                osig = out.shape, out.is_contiguous(), out.dtype, out.device
-            else:
-                osig = False
-            lsig = None if lse is None else out_sig(lse)
-            if osig is not False and lsig is not False:
-                key = (sw, kv_layout, qs, qst, q.dtype, q.device, ks, kst, k.dtype, k.device, vs, vst, v.dtype,
-                       v.device, osig, lsig, not return_lse)
+        key = _key(sw, kv_layout, q, k, v, out, lse, return_lse)
         if sw is None or key is not None and key == _MEMO.get(where):  # nothing to check, or checked
             rows = qs[0]
             return _single(where, q, k, v, causal=causal, kv_layout=kv_layout, window_left=window_left,
@@ -91,17 +93,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", window_left=-1, sm_sca
     if _T is type(q) is type(k) is type(v):
         qs, qst, ks, kst, vs, vst = q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride()
         sw = guards.switch()
-        if sw is not None and type(kv_layout) is str:
-            if out is None:
-                osig = None
-            elif type(out) is _T:  # out_sig(out), inline: this is the common case
-                osig = out.shape, out.is_contiguous(), out.dtype, out.device
-            else:
-                osig = False
-            lsig = None if lse is None else out_sig(lse)
-            if osig is not False and lsig is not False:
-                key = (sw, kv_layout, qs, qst, q.dtype, q.device, ks, kst, k.dtype, k.device, vs, vst, v.dtype,
-                       v.device, osig, lsig, not return_lse)
+        key = _key(sw, kv_layout, q, k, v, out, lse, return_lse)
         if sw is None or key is not None and key == _MEMO.get(where):  # nothing to check, or checked
             return _single(where, q.unsqueeze(0), k, v, causal=False, kv_layout=kv_layout, window_left=window_left,
                            sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry=entry,
