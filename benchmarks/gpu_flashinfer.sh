@@ -169,9 +169,12 @@ if from_file:
 else:
     selection = load_target("flashinfer").cases(fams)
 picked, plain = {}, {}
+caps = load_target("flashinfer").capabilities
 for case in selection:
     p = case.params
     if routes and case.route not in routes or p.get("dtype", "bf16") == "fp32":
+        continue
+    if caps.lacks(case.op, p, case.requires):   # skipped before any kernel: compiles nothing
         continue
     d = p["head_dim"]
     key = (case.route, p.get("dtype", "bf16"), d, p.get("head_dim_vo") or d,
