@@ -101,6 +101,7 @@ def row_writer(target, results: Path):
 
 
 def run_loop(families=None, cases_file: str | None = None) -> dict:
+    from harness import isolation
     from harness.execute import execute_case
     from harness.plugin import select_cases
     from harness.targets import load_target
@@ -113,7 +114,9 @@ def run_loop(families=None, cases_file: str | None = None) -> dict:
     loop_s = 0.0
     with tempfile.TemporaryDirectory(prefix="bench-bare-") as tmp:
         write_row = row_writer(target, Path(tmp) / "rows.jsonl")
-        write_crumbs = breadcrumbs(tempfile.mkdtemp(prefix="harness-state-", dir=tmp))
+        # Where the engine keeps them (in memory where the system has it), not under tmp.
+        crumbs_dir = isolation.state_tempdir()
+        write_crumbs = breadcrumbs(crumbs_dir)
         for case in cases:
             stages: list[str] = []
             start = time.perf_counter()
