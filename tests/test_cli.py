@@ -63,16 +63,30 @@ def test_missing_plugin_module_is_a_clear_error(monkeypatch, capsys):
     assert cli.main(["list", "--target", "faults", "--case-id", "none"]) == 0
 
 
-def test_check_summarizes_and_exits_by_rows(tmp_path):
+def _check(capfd, *args):
+    """`harness check --target faults -n 0 ARGS` through this process's cli.main, as
+    subprocess.run would return it (the child pytest's console included: capfd).
+
+    These tests are about the command's console, exit status, paths and table. The cases
+    still run in the child pytest check starts; `-n 0` runs them in that child, not in an
+    xdist worker of it, and no second interpreter starts for the parent: each saves a
+    start-up of about a second and a half. The command as a process of its own (Ctrl-C
+    to its group, a closed stdout, README's commands from another folder) and the
+    workers' crash isolation are tested as such, below, in test_readme_commands.py,
+    test_isolation.py and test_plugin.py."""
+    import types
+    capfd.readouterr()
+    rc = cli.main(["check", "--target", "faults", "-n", "0", *args])
+    out, err = capfd.readouterr()
+    return types.SimpleNamespace(returncode=rc, stdout=out, stderr=err)
+
+
+def test_check_summarizes_and_exits_by_rows(tmp_path, capfd):
     results = tmp_path / "r.jsonl"
-    base = [sys.executable, "-m", "harness", "check", "--target", "faults", "-n", "1",
-            "--results", str(results)]
-    ok = subprocess.run(base + ["--case-id", "none"], cwd=ROOT, capture_output=True, text=True,
-                        timeout=300)
+    ok = _check(capfd, "--results", str(results), "--case-id", "none")
     assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
     assert "1 cases, 0 failing" in ok.stdout and "faults.single_prefill" in ok.stdout
-    bad = subprocess.run(base + ["--case-id", "wrong", "--disable-guards", "g1"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    bad = _check(capfd, "--results", str(results), "--case-id", "wrong", "--disable-guards", "g1")
     assert bad.returncode == 1, bad.stdout[-2000:]
     # One failure class; the row's message (which has max|diff| and the counts) once.
     assert "1 failure class, worst first:" in bad.stdout
@@ -153,16 +167,10 @@ def test_list_and_repro_refuse_bad_options_naming_field_and_values(argv, words, 
     assert "KERNELS_DISABLE_GUARDS" not in os.environ
 
 
-def _check(*args, cwd=ROOT):
-    cmd = [sys.executable, "-m", "harness", "check", "--target", "faults", "-n", "1", *args]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
-
-
 @pytest.mark.parametrize("how", [("--repeat", "2"), ("--reruns", "2")], ids=["repeat", "reruns"])
-def test_check_with_the_flaky_fault_fails_as_nondeterministic(tmp_path, how):
+def test_check_with_the_flaky_fault_fails_as_nondeterministic(tmp_path, how, capfd):
     results = tmp_path / "r.jsonl"
-    proc = _check("--case-id", "flaky", "--results", str(results), *how)
+    proc = _check(capfd, "--case-id", "flaky", "--results", str(results), *how)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     (row,) = table.read_rows(results)
     assert row["outcome"] == "nondeterministic" and not row["pass"], row
@@ -171,8 +179,9 @@ def test_check_with_the_flaky_fault_fails_as_nondeterministic(tmp_path, how):
     assert "1 correctness" in proc.stdout
 
 
-def test_partial_run_writes_its_own_table_under_the_current_folder(tmp_path):
-    proc = _check("--case-id", "none", cwd=tmp_path)
+def test_partial_run_writes_its_own_table_under_the_current_folder(tmp_path, capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    proc = _check(capfd, "--case-id", "none")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     written = sorted(p.name for p in (tmp_path / "results").iterdir())
     assert len(written) == 1 and written[0].startswith("faults-")
@@ -310,7 +319,7 @@ def test_ctrl_c_during_check_is_one_line_with_the_resume_command(tmp_path):
         assert noise not in out + err, out + err
 
 
-def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, monkeypatch):
+def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, monkeypatch, capfd):
     import io
     progress = cli.Progress(tmp_path / "r.jsonl", total=4, done_before={"a"},
                             stream=io.StringIO(), interval=0)
@@ -324,7 +333,7 @@ def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, monkeypa
     assert line.startswith("check: 3/4 rows, 1 failing, 0:00 elapsed"), line
     # A run of a failing case: the summary once; pytest's FAILURES section and its
     # per-case text (which repeats each row's message) are not on the console.
-    proc = _check("--case-id", "wrong", "--disable-guards", "g1", "--results",
+    proc = _check(capfd, "--case-id", "wrong", "--disable-guards", "g1", "--results",
                   str(tmp_path / "w.jsonl"))
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "FAILURES" not in proc.stdout and "(expect match)" not in proc.stdout
@@ -332,17 +341,18 @@ def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, monkeypa
     assert proc.stderr.startswith("check: 1 cases on faults; rows go to "), proc.stderr
 
 
-def test_check_shows_pytest_output_when_pytest_itself_fails(tmp_path):
-    proc = _check("--case-id", "none", "--results", str(tmp_path / "r.jsonl"), "--",
+def test_check_shows_pytest_output_when_pytest_itself_fails(tmp_path, capfd):
+    proc = _check(capfd, "--case-id", "none", "--results", str(tmp_path / "r.jsonl"), "--",
                   "--no-such-pytest-option")
     assert proc.returncode not in (0, 1)
     assert "--no-such-pytest-option" in proc.stdout + proc.stderr
 
 
-def test_check_from_another_folder_takes_paths_from_that_folder(tmp_path):
+def test_check_from_another_folder_takes_paths_from_that_folder(tmp_path, capfd, monkeypatch):
     from harness.targets.faults import fault_case
     (tmp_path / "cases.json").write_text(json.dumps([fault_case("none").to_json()]))
-    proc = _check("--cases-file", "cases.json", "--results-dir", "out", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)   # the child pytest runs in the checkout, not here
+    proc = _check(capfd, "--cases-file", "cases.json", "--results-dir", "out")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (table_path,) = (tmp_path / "out").glob("*.jsonl")
     assert f"results: {table_path}" in proc.stdout

@@ -28,6 +28,17 @@ def harness(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def harness_here(capfd, *args) -> subprocess.CompletedProcess:
+    """`harness ARGS` through this process's cli.main, for repro and check: each runs its
+    case in a child of its own (repro's isolated child, check's pytest and its workers),
+    so only the parent's start-up is saved. explore runs in a fresh process: it forks
+    its examples from one that has never run a kernel."""
+    capfd.readouterr()
+    rc = cli.main(list(args))
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["harness", *args], rc, out, err)
+
+
 def found_classes(stdout: str) -> list[tuple[str, str, Path]]:
     """(outcome, case id, file) of each class line explore printed."""
     return [(m[1], m[2], Path(m[3])) for m in map(CLASS_LINE.match, stdout.splitlines()) if m]
@@ -167,13 +178,16 @@ def test_fork_runner_child_runs_after_the_target_computed_while_loading():
 
 # ---- the whole loop, on the bundled library ------------------------------------------------------
 
-def test_found_failures_are_saved_and_replay_the_same(tmp_path):
+def test_found_failures_are_saved_and_replay_the_same(tmp_path, capfd):
     """Guards off, gqa on single prefill: a silent run and a SIGFPE, each shrunk, saved,
     and the same again through repro; the SIGFPE also through check's crash-isolated
     workers."""
     out = tmp_path / "found"
     # The budget also pays for each found case's fresh-process replay (a few seconds).
-    r = harness("explore", "--route", "fa2.single_prefill", "--family", "gqa", "--budget", "20s",
+    # Seed 1 finds the silent class at its first case and the SIGFPE at its tenth, shrunk
+    # in 8 more: both within 6 s on an idle 2-core host, so 15 s leaves room for a loaded
+    # one. The search runs until the budget is spent, so the budget is this test's length.
+    r = harness("explore", "--route", "fa2.single_prefill", "--family", "gqa", "--budget", "15s",
                 "--seed", "1", "--disable-guards", "all", "--out", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
     classes = found_classes(r.stdout)
@@ -183,15 +197,15 @@ def test_found_failures_are_saved_and_replay_the_same(tmp_path):
     for outcome, case_id, path in classes:
         case = Case.from_json(json.loads(path.read_text())[0])
         assert case.id == case_id and case.expect == "refuse"
-        rep = harness("repro", case_id, "--case-json", str(path), "--json",
-                      "--disable-guards", "all")
+        rep = harness_here(capfd, "repro", case_id, "--case-json", str(path), "--json",
+                           "--disable-guards", "all")
         row = json.loads(rep.stdout.strip().splitlines()[-1])
         assert (row["outcome"], row["pass"]) == (outcome, False), rep.stdout + rep.stderr
         if outcome != "crash":
             continue   # check's pytest run costs seconds; the dying case is the one to see
         results = tmp_path / f"check-{outcome}"
-        chk = harness("check", "--cases-file", str(path), "--disable-guards", "all",
-                      "--results-dir", str(results), "-n", "1")
+        chk = harness_here(capfd, "check", "--cases-file", str(path), "--disable-guards", "all",
+                           "--results-dir", str(results), "-n", "1")
         assert chk.returncode == 1, chk.stdout + chk.stderr
         rows = [json.loads(l) for t in results.glob("*.jsonl") for l in t.read_text().splitlines()]
         assert [(x["case_id"], x["outcome"]) for x in rows] == [(case_id, outcome)], rows
@@ -199,8 +213,10 @@ def test_found_failures_are_saved_and_replay_the_same(tmp_path):
 
 def test_with_guards_on_a_short_search_finds_nothing(tmp_path):
     out = tmp_path / "none"
+    # With guards on these are refused or small: 6 s runs about 140 cases on an idle
+    # 2-core host, far past the 10 asserted on a loaded one too.
     r = harness("explore", "--route", "fa2.single_prefill,fa2.ragged_prefill",
-                "--family", "gqa,strided", "--budget", "10s", "--seed", "1",
+                "--family", "gqa,strided", "--budget", "6s", "--seed", "1",
                 "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     assert not found_classes(r.stdout) and not list(out.glob("*.json"))

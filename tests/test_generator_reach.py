@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import subprocess
-import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 import torch
@@ -35,7 +31,6 @@ from harness.targets.layout import block_table, build_paged
 from kernels.build import detect
 from kernels.testonly import KERNEL_FAULT_ENV, KERNEL_FAULTS
 
-REPO = Path(__file__).resolve().parent.parent
 NEW = ("values", "edge_rows", "scale")
 # route / family.variant / tag
 ID = re.compile(r"^[a-z0-9_]+\.[a-z_]+/[a-z_]+\.[a-z0-9_]+/[a-z0-9_.-]+$")
@@ -225,29 +220,34 @@ def test_scale_reach():
 
 # ---------------------------------------------------------------- the families pass
 #
-# Through `python -m harness check` in a child process: the command the acceptance runs, with
-# one OpenMP thread (in this process the host kernels' OpenMP pool and torch's would fight
-# over the cores with the other xdist worker).
+# Through `harness check` (cli.main, here) and the child pytest it starts, where the cases
+# run: the command the acceptance runs, with one OpenMP thread (in this process the host
+# kernels' OpenMP pool and torch's would fight over the cores with the other xdist worker).
+# The parent runs in this process: a fresh interpreter for it would only add its start-up.
 
-def _check(families, tmp_path, **env) -> tuple[int, list[dict], str]:
-    """(exit status, result rows, output tail) of `harness check` on the families."""
+def _check(families, tmp_path, monkeypatch, capfd, **env) -> tuple[int, list[dict], str]:
+    """(exit status, result rows, output tail) of `harness check` on the families; the
+    child gets this environment less any guard or fault setting, plus `env`."""
+    from harness import cli
     rows_path = tmp_path / "rows.jsonl"
-    child_env = {k: v for k, v in os.environ.items()
-                 if k not in ("KERNELS_DISABLE_GUARDS", KERNEL_FAULT_ENV, "KERNELS_TESTONLY")}
-    child_env.update(OMP_NUM_THREADS="1", **env)
-    proc = subprocess.run([sys.executable, "-m", "harness", "check", "--family", ",".join(families),
-                           "--results", str(rows_path), "-n", "0", "--reruns", "0"],
-                          cwd=REPO, env=child_env, capture_output=True, text=True, timeout=900)
+    for k in ("KERNELS_DISABLE_GUARDS", KERNEL_FAULT_ENV, "KERNELS_TESTONLY"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in dict(OMP_NUM_THREADS="1", **env).items():
+        monkeypatch.setenv(k, v)
+    capfd.readouterr()
+    rc = cli.main(["check", "--family", ",".join(families), "--results", str(rows_path),
+                   "-n", "0", "--reruns", "0"])
+    out, err = capfd.readouterr()
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
     for row in rows:
         if isinstance(row["params"], str):
             row["params"] = json.loads(row["params"])
-    return proc.returncode, rows, (proc.stdout + proc.stderr)[-3000:]
+    return rc, rows, (out + err)[-3000:]
 
 
 @host_only
-def test_new_families_pass_with_guards_on(tmp_path):
-    rc, rows, tail = _check(NEW, tmp_path)
+def test_new_families_pass_with_guards_on(tmp_path, monkeypatch, capfd):
+    rc, rows, tail = _check(NEW, tmp_path, monkeypatch, capfd)
     assert rc == 0, tail
     assert len(rows) == len(generate(NEW)) and all(r["outcome"] == "match" for r in rows)
 
@@ -273,9 +273,11 @@ def test_every_kernel_fault_has_an_axis():
 
 @host_only
 @pytest.mark.parametrize("fault", KERNEL_FAULTS)
-def test_fault_is_caught_by_its_family_and_missed_by_normal_values(fault, tmp_path):
+def test_fault_is_caught_by_its_family_and_missed_by_normal_values(fault, tmp_path, monkeypatch,
+                                                                  capfd):
     family, may_fail, routes = EXPOSED_BY[fault]
-    rc, rows, tail = _check(("valid", family), tmp_path, KERNELS_TESTONLY="1", **{KERNEL_FAULT_ENV: fault})
+    rc, rows, tail = _check(("valid", family), tmp_path, monkeypatch, capfd, KERNELS_TESTONLY="1",
+                            **{KERNEL_FAULT_ENV: fault})
     assert rc == 1, tail
     failing = [r for r in rows if not r["pass"]]
     missed = [r["case_id"] for r in failing if r["family"] == "valid"]

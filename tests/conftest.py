@@ -1,0 +1,71 @@
+"""Suite-wide settings for `make test` (pytest tests -n auto): how the tests share the
+machine, never what they check.
+
+One OpenMP thread per xdist worker, as `harness check` gives its own workers
+(harness/plugin.py: cores // workers). The host kernels and torch's CPU ops each start
+a pool as wide as the machine, so on 2 cores two workers, plus the `harness` children
+some tests start, oversubscribe it and spin-wait for each other: the suite ran 1.3-1.7x
+slower. Set in the controller before xdist starts the workers, so they and every child
+they start inherit it; a value already in the environment is kept.
+
+The slowest tests first, handed out one at a time. Most of the suite's time is a few
+dozen tests that start `harness` processes, search for a fixed budget or wait out a
+timeout; under xdist's default chunks one of them could start last and run alone while
+the other worker idles. The longest first and one test at a time to whichever worker is
+free keeps both busy to the end. SLOW is each test's seconds on a 2-core host (from
+`--durations`; the order is all that matters, an unlisted test counts 0, a renamed one
+only loses its place): refresh it when a new test takes more than a few seconds.
+"""
+from __future__ import annotations
+
+import os
+
+SLOW = {
+    "test_explore.py::test_found_failures_are_saved_and_replay_the_same": 28,
+    "test_isolation.py::test_every_failure_kind_is_exactly_one_row": 27,
+    "test_isolation.py::test_interrupted_run_keeps_rows_and_resumes": 10,
+    "test_kernels_build.py::test_gpu_compile_only_amd": 10,
+    "test_bisect.py::test_bisect_finds_commit_that_disables_a_guard": 9,
+    "test_explore.py::test_with_guards_on_a_short_search_finds_nothing": 7,
+    "test_generator_reach.py::test_fault_is_caught_by_its_family_and_missed_by_normal_values": 7,
+    "test_generator_reach.py::test_new_families_pass_with_guards_on": 6,
+    "test_isolation.py::test_culprit_fails_alone": 6,
+    "test_isolation.py::test_victim_fails_only_after_earlier_cases": 6,
+    "test_plugin.py::test_xdist_reruns_never_launder_a_wrong_attempt": 6,
+    "test_cli.py::test_ctrl_c_during_check_is_one_line_with_the_resume_command": 6,
+    "test_readme_commands.py::test_readme_command_runs_as_written": 5,
+    "test_sanitizer.py::test_failing_rows_get_the_report_every_row_is_kept_and_reports_show_it": 5,
+    "test_explore.py::test_search_shrinks_each_class_and_keeps_looking": 4.5,
+    "test_isolation.py::test_sticky_device_error_retires_the_worker": 4.5,
+    "test_cli.py::test_repro_exit_codes": 4.5,
+    "test_plugin.py::test_case_id_filter_and_exit_zero": 3.5,
+    "test_kernels_build.py::test_gpu_compile_only_nvidia": 3.5,
+    "test_cli.py::test_check_summarizes_and_exits_by_rows": 3.5,
+    "test_detection_part1.py::test_guard_off_heap_write_is_caught_in_its_own_process": 3,
+    "test_sanitizer.py::test_sanitizer_all_replays_passing_rows_without_changing_the_exit_status": 3,
+    "test_sanitizer.py::test_a_replay_past_its_timeout_is_a_report_and_leaves_no_process": 3,
+    "test_cli.py::test_repro_prints_the_crash_row_of_a_case_that_kills_its_process": 2.5,
+}
+
+
+def pytest_configure(config):
+    workers = getattr(config.option, "numprocesses", None)
+    if not (isinstance(workers, int) and workers > 0):
+        return
+    if "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    if getattr(config.option, "dist", None) == "load" and config.option.maxschedchunk is None:
+        config.option.maxschedchunk = 1
+
+
+def _seconds(item) -> float:
+    name = item.nodeid.rsplit("/", 1)[-1].split("[", 1)[0]
+    return SLOW.get(name, 0)
+
+
+def pytest_collection_modifyitems(config, items):
+    # Under xdist only (its workers collect; a run in one process keeps pytest's order).
+    # Stable: the rest keep pytest's order, and every worker sorts the same collection
+    # the same way, as xdist requires.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_seconds, reverse=True)
