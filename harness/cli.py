@@ -128,7 +128,10 @@ def cmd_list(args) -> int:
 
 def pytest_command(args, results: Path | None = None) -> list[str]:
     """The child pytest's command; without `results`, its table's path comes with go()."""
+    # Plugins a case run never uses, each loaded by every process: hypothesis's (it imports
+    # all of hypothesis at the end of a run) and log capture (~10% of a 750-case run).
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider",
+           "-p", "no:hypothesispytest", "-p", "no:logging",
            "-q", "--no-header", "-rN", "--target", args.target]
     if results is not None:
         cmd += ["--results", str(results)]

@@ -40,11 +40,10 @@ class HeldChild:
 
     def call_off(self) -> None:
         os.close(self._go)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        # It has written nothing (it writes only once released): no need to wait for its
+        # start-up to end only to read the closed pipe.
+        self.proc.kill()
+        self.proc.wait()
         if self.log is not None:
             self.log.close()
             os.unlink(self.log.name)

@@ -19,6 +19,14 @@ def start(marker: Path) -> HeldChild:
     return HeldChild([sys.executable, "-c", CHILD, str(marker)], ROOT, env, quiet=True)
 
 
+def test_a_child_whose_pipe_closes_exits_having_written_nothing(tmp_path):
+    marker = tmp_path / "marker"
+    child = start(marker)
+    os.close(child._go)       # the parent died before go(): the pipe closes with it
+    assert child.proc.wait(timeout=60) == EXIT_CALLED_OFF
+    assert not marker.exists()
+
+
 def test_a_released_child_gets_the_results_path(tmp_path):
     marker = tmp_path / "marker"
     child = start(marker)
@@ -32,7 +40,7 @@ def test_a_called_off_child_writes_nothing(tmp_path):
     marker = tmp_path / "marker"
     child = start(marker)
     child.call_off()
-    assert child.proc.returncode == EXIT_CALLED_OFF
+    assert child.proc.returncode is not None and child.proc.returncode != 0
     assert not marker.exists()
     assert not Path(child.log.name).exists()
 
