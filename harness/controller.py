@@ -21,11 +21,32 @@ from harness.classify import Verdict, harness_error_verdict
 from harness.session import ROW_KEY, Run, case_id_of
 
 
+def no_replacement_after_the_end(dsession) -> None:
+    """xdist replaces every worker that dies, even when nothing is left to run: when two die
+    near the end of a run, the replacement joins after the shutdown began and the run ends in
+    an INTERNALERROR (`assert node in self.node2pending`), losing the summary. A dead worker is
+    replaced only while the scheduler still has work; its own crashed case, and any case put
+    back for a rerun, count as work (xdist hands them back before it replaces the worker)."""
+    clone = dsession._clone_node
+
+    def clone_while_work_is_left(node):
+        sched = dsession.sched
+        if sched is not None and sched.tests_finished:
+            return None   # xdist's loop sees tests_finished next and shuts the rest down
+        return clone(node)
+    dsession._clone_node = clone_while_work_is_left
+
+
 class XdistHooks:
     """Controller-side hooks that exist only when xdist is installed."""
 
     def __init__(self, run: Run):
         self.run = run
+
+    def pytest_xdist_setupnodes(self, config, specs):
+        dsession = config.pluginmanager.getplugin("dsession")
+        if dsession is not None:
+            no_replacement_after_the_end(dsession)
 
     def pytest_configure_node(self, node):
         node.workerinput["harness"] = {
