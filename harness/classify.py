@@ -27,12 +27,12 @@ harness_error is a bug in the harness or an adapter, never the library's.
 from __future__ import annotations
 
 import re
-import signal
 from dataclasses import dataclass
 from typing import Iterable
 
 from harness.case import Case
 from harness.compare import Comparison, summarize
+from harness.signals import signal_text  # noqa: F401  (re-exported)
 
 OUTCOMES = ("match", "refused", "wrong", "silent", "corrupt", "crash", "hang",
             "nondeterministic", "unexpected_refusal", "harness_error", "skipped")
@@ -133,20 +133,6 @@ def classify(case: Case, *, error: BaseException | None = None,
     if not summary.ok:
         return _verdict(case, "wrong", summary.message)
     return _verdict(case, "match", "")
-
-
-def signal_text(signal_or_exit) -> str:
-    """'SIGSEGV' for a signal (a negative exit status is one), 'exit 3' for an exit status."""
-    if isinstance(signal_or_exit, str):
-        return signal_or_exit
-    if isinstance(signal_or_exit, signal.Signals):
-        return signal_or_exit.name
-    if isinstance(signal_or_exit, int) and signal_or_exit < 0:
-        try:
-            return signal.Signals(-signal_or_exit).name
-        except ValueError:
-            return f"signal {-signal_or_exit}"
-    return f"exit {signal_or_exit}"
 
 
 def harness_error_verdict(what: str) -> Verdict:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.classify import signal_text
+from harness.signals import signal_text
 
 STAGES = ("build inputs", "plan", "run", "compare")
 RECENT = 8                 # case ids a worker remembers for culprit replay
