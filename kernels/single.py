@@ -27,6 +27,19 @@ def _key(sw, kv_layout, q, k, v, out, lse, return_lse):
             v.shape, v.stride(), v.dtype, v.device, osig, lsig, not return_lse)
 
 
+def _fast_path(where, q, k, v, kv_layout, out, lse, return_lse):
+    """(key, dims) of a single-request call. dims (k's and v's) when its checks can be skipped:
+    every guard is off, or the memo holds this very key; else None. key is what to remember
+    once the checks pass (None: not memoized)."""
+    if not (_T is type(q) is type(k) is type(v)):
+        return None, None
+    sw = guards.switch()
+    key = _key(sw, kv_layout, q, k, v, out, lse, return_lse)
+    if sw is None or key is not None and key == _MEMO.get(where):
+        return key, (dense_dims(k.shape, k.stride(), kv_layout), dense_dims(v.shape, v.stride(), kv_layout))
+    return key, None
+
+
 def _single(where, q, k, v, *, causal, kv_layout, window_left, sm_scale, return_lse, out, lse,
             entry, out_shape, lse_shape, dims=None, q_stride=None):
     """dims None: every check, in order; dims (kd, vd) given: the caller's memo says they passed."""
@@ -62,17 +75,13 @@ def single_prefill_with_kv_cache(q, k, v, causal=False, kv_layout="NHD", window_
                                  return_lse=False, out=None, lse=None):
     """q [qo_len, Hq, Dqk]; k [kv_len, Hkv, Dqk], v [kv_len, Hkv, Dvo] (NHD) or head-major (HND)."""
     where = "single_prefill_with_kv_cache()"
-    key = None
-    if _T is type(q) is type(k) is type(v):
-        qs, qst, ks, kst, vs, vst = q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride()
-        sw = guards.switch()
-        key = _key(sw, kv_layout, q, k, v, out, lse, return_lse)
-        if sw is None or key is not None and key == _MEMO.get(where):  # nothing to check, or checked
-            rows = qs[0]
-            return _single(where, q, k, v, causal=causal, kv_layout=kv_layout, window_left=window_left,
-                           sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry="kernels_prefill",
-                           out_shape=lambda h, d: (rows, h, d), lse_shape=lambda h: (rows, h),
-                           dims=(dense_dims(ks, kst, kv_layout), dense_dims(vs, vst, kv_layout)), q_stride=qst)
+    key, dims = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse)
+    if dims is not None:
+        rows = q.shape[0]
+        return _single(where, q, k, v, causal=causal, kv_layout=kv_layout, window_left=window_left,
+                       sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry="kernels_prefill",
+                       out_shape=lambda h, d: (rows, h, d), lse_shape=lambda h: (rows, h),
+                       dims=dims, q_stride=q.stride())
     guards.rank_expected(where, {"q": (q, 3)})
     t = guards.last_dim_contiguous(where, {"q": q, "k": k, "v": v})
     rows = q.shape[0]
@@ -89,16 +98,11 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", window_left=-1, sm_sca
     """q [Hq, Dqk], one token; it is copied when its last dim is strided (a few KB)."""
     where = "single_decode_with_kv_cache()"
     entry = "kernels_prefill" if use_tensor_cores else "kernels_decode"
-    key = None
-    if _T is type(q) is type(k) is type(v):
-        qs, qst, ks, kst, vs, vst = q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride()
-        sw = guards.switch()
-        key = _key(sw, kv_layout, q, k, v, out, lse, return_lse)
-        if sw is None or key is not None and key == _MEMO.get(where):  # nothing to check, or checked
-            return _single(where, q.unsqueeze(0), k, v, causal=False, kv_layout=kv_layout, window_left=window_left,
-                           sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry=entry,
-                           out_shape=lambda h, d: (h, d), lse_shape=lambda h: (h,),
-                           dims=(dense_dims(ks, kst, kv_layout), dense_dims(vs, vst, kv_layout)))
+    key, dims = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse)
+    if dims is not None:
+        return _single(where, q.unsqueeze(0), k, v, causal=False, kv_layout=kv_layout, window_left=window_left,
+                       sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry=entry,
+                       out_shape=lambda h, d: (h, d), lse_shape=lambda h: (h,), dims=dims)
     guards.rank_expected(where, {"q": (q, 2)})
     t = guards.last_dim_contiguous(where, {"q": q, "k": k, "v": v}, copy=("q",))
     q1 = t["q"].unsqueeze(0)
