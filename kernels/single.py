@@ -5,68 +5,85 @@ import torch
 
 from . import guards
 from ._launch import LAYOUTS, check_device, dense_dims, dense_kv_dims, launch, params
-from .prefill import out_sig
 
 _T = torch.Tensor
 # where -> the key of the last call whose checks all passed: the guard switch, kv_layout,
 # return_lse, and every tensor's shape, stride (contiguity for out and lse), dtype and device,
-# which is everything the checks read. A call with an equal key skips them (the batch wrappers'
-# run() does the same: prefill._BatchRun._prepare_paged).
+# which is everything the checks read (none reads a tensor's values). A call with an equal key
+# skips them (the batch wrappers' run() does the same: prefill._BatchRun._prepare_paged).
 _MEMO: dict = {}
 
 
-def _key(sw, kv_layout, q, k, v, out, lse, return_lse):
-    """The memo key of a single-request call (see _MEMO); None when it is not memoized (every
-    guard off, or an argument that is not a plain tensor or layout name)."""
-    if sw is None or type(kv_layout) is not str:
-        return None
-    osig, lsig = out_sig(out), out_sig(lse)
-    if osig is False or lsig is False:
-        return None
-    return (sw, kv_layout, q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-            v.shape, v.stride(), v.dtype, v.device, osig, lsig, not return_lse)
-
-
 def _fast_path(where, q, k, v, kv_layout, out, lse, return_lse):
-    """(key, dims) of a single-request call. dims (k's and v's) when its checks can be skipped:
-    every guard is off, or the memo holds this very key; else None. key is what to remember
-    once the checks pass (None: not memoized)."""
+    """(key, fast) of a single-request call. fast is (kd, vd, q.dtype, k.dtype, q.shape,
+    q.stride()) when its checks can be skipped: every guard is off, or the memo holds this very
+    key; else None. key is what to remember once the checks pass (None: not memoized: every
+    guard off, or an argument that is not a plain tensor or layout name, checked at every call).
+
+    What the launch reads of q, k and v (shapes, strides, q's and k's dtypes) is read once, here,
+    guards on or off, and serves the key too: the key adds only the devices, v's dtype, out's and
+    lse's shape, contiguity, dtype and device, one tuple and its comparison. A device is keyed as
+    `t.is_cpu or t.device`: True for a CPU tensor (whose device is exactly cpu), else the device
+    itself, so two keys are equal exactly when the devices are, at a bool's price on the host."""
     if not (_T is type(q) is type(k) is type(v)):
         return None, None
+    qs, qst, qt, ks, kst, kt, vs, vst = q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype, v.shape, v.stride()
     sw = guards.switch()
-    key = _key(sw, kv_layout, q, k, v, out, lse, return_lse)
-    if sw is None or key is not None and key == _MEMO.get(where):
-        return key, (dense_dims(k.shape, k.stride(), kv_layout), dense_dims(v.shape, v.stride(), kv_layout))
-    return key, None
+    if sw is None:  # every guard off: nothing to check, nothing to remember
+        key = None
+    else:
+        if type(kv_layout) is not str:
+            return None, None
+        # out and lse as prefill.out_sig reads them (shape, contiguity, dtype, device), flat.
+        if out is None:
+            key = None
+        elif type(out) is _T:
+            key = (out.shape, out.is_contiguous(), out.dtype, out.is_cpu or out.device)
+        else:
+            return None, None
+        if lse is not None:
+            if type(lse) is not _T:
+                return None, None
+            key = (key, lse.shape, lse.is_contiguous(), lse.dtype, lse.is_cpu or lse.device)
+        key = (sw, kv_layout, not return_lse, qs, qst, qt, q.is_cpu or q.device, ks, kst, kt, k.is_cpu or k.device,
+               vs, vst, v.dtype, v.is_cpu or v.device, key)
+        if key != _MEMO.get(where):
+            return key, None
+    return key, (dense_dims(ks, kst, kv_layout), dense_dims(vs, vst, kv_layout), qt, kt, qs, qst)
 
 
 def _single(where, q, k, v, *, causal, kv_layout, window_left, sm_scale, return_lse, out, lse,
-            entry, out_shape, lse_shape, dims=None, q_stride=None):
-    """dims None: every check, in order; dims (kd, vd) given: the caller's memo says they passed."""
-    check = dims is None
+            entry, out_shape, lse_shape, fast=None, own_q=True):
+    """fast None: every check, in order; fast given (_fast_path's): the caller's memo says they
+    passed, and it holds what the launch reads of q, k and v (of q only when own_q: q is the
+    tensor _fast_path saw, not a view of it)."""
+    check = fast is None
     if check:
         guards.layout_known(where, "kv_layout", kv_layout, LAYOUTS)
         check_device(where, {"q": q, "k": k, "v": v, "out": out, "lse": lse})
         guards.rank_expected(where, {"k": (k, 3), "v": (v, 3)})
         kd, vd = dense_kv_dims(k, kv_layout), dense_kv_dims(v, kv_layout)
+        qs, qst, qt, kt = q.shape, None, q.dtype, k.dtype
     else:
-        kd, vd = dims
-    hq, dqk, dvo = q.shape[1], q.shape[2], vd["dim"]
+        kd, vd, qt, kt, qs, qst = fast
+        if not own_q:
+            qs, qst = q.shape, None
+    hq, dqk, dvo = qs[1], qs[2], vd["dim"]
     if check:
         guards.kv_shapes_agree(where, {"head_dim_qk": (dqk, kd["dim"]), "kv_len": (kd["len"], vd["len"]),
                                        "num_kv_heads": (kd["heads"], vd["heads"])})
         guards.gqa_divisible(where, hq, kd["heads"])
         guards.head_dim_supported(where, dqk, dvo)
     if out is None:
-        out = torch.empty(out_shape(hq, dvo), dtype=q.dtype, device=q.device)
+        out = torch.empty(out_shape(hq, dvo), dtype=qt, device=q.device)
     if lse is None and return_lse:
         lse = torch.empty(lse_shape(hq), dtype=torch.float32, device=q.device)
     if check:
         guards.out_contiguous(where, {"out": out, "lse": lse}, {"out": out_shape(hq, dvo), "lse": lse_shape(hq)})
     p = params(q=q, k=k, v=v, kd=kd, vd=vd, o=out, lse=lse, num_qo_heads=hq, num_kv_heads=kd["heads"],
                head_dim_qk=dqk, head_dim_vo=dvo, causal=causal, window_left=window_left, sm_scale=sm_scale,
-               q_dtype=q.dtype, kv_dtype=k.dtype, o_dtype=out.dtype,
-               num_work=1, qo_len=q.shape[0], kv_len=kd["len"], q_stride=q_stride)
+               q_dtype=qt, kv_dtype=kt, o_dtype=out.dtype,
+               num_work=1, qo_len=qs[0], kv_len=kd["len"], q_stride=qst)
     launch(entry, p, q)
     return (out, lse) if return_lse else out
 
@@ -75,13 +92,12 @@ def single_prefill_with_kv_cache(q, k, v, causal=False, kv_layout="NHD", window_
                                  return_lse=False, out=None, lse=None):
     """q [qo_len, Hq, Dqk]; k [kv_len, Hkv, Dqk], v [kv_len, Hkv, Dvo] (NHD) or head-major (HND)."""
     where = "single_prefill_with_kv_cache()"
-    key, dims = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse)
-    if dims is not None:
-        rows = q.shape[0]
+    key, fast = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse)
+    if fast is not None:
+        rows = fast[4][0]
         return _single(where, q, k, v, causal=causal, kv_layout=kv_layout, window_left=window_left,
                        sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry="kernels_prefill",
-                       out_shape=lambda h, d: (rows, h, d), lse_shape=lambda h: (rows, h),
-                       dims=dims, q_stride=q.stride())
+                       out_shape=lambda h, d: (rows, h, d), lse_shape=lambda h: (rows, h), fast=fast)
     guards.rank_expected(where, {"q": (q, 3)})
     t = guards.last_dim_contiguous(where, {"q": q, "k": k, "v": v})
     rows = q.shape[0]
@@ -98,11 +114,12 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", window_left=-1, sm_sca
     """q [Hq, Dqk], one token; it is copied when its last dim is strided (a few KB)."""
     where = "single_decode_with_kv_cache()"
     entry = "kernels_prefill" if use_tensor_cores else "kernels_decode"
-    key, dims = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse)
-    if dims is not None:
+    key, fast = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse)
+    if fast is not None:  # q [Hq, D] is read as [1, Hq, D]: its own stride() is not q1's
         return _single(where, q.unsqueeze(0), k, v, causal=False, kv_layout=kv_layout, window_left=window_left,
                        sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry=entry,
-                       out_shape=lambda h, d: (h, d), lse_shape=lambda h: (h,), dims=dims)
+                       out_shape=lambda h, d: (h, d), lse_shape=lambda h: (h,), fast=fast,
+                       own_q=False)
     guards.rank_expected(where, {"q": (q, 2)})
     t = guards.last_dim_contiguous(where, {"q": q, "k": k, "v": v}, copy=("q",))
     q1 = t["q"].unsqueeze(0)

@@ -555,15 +555,41 @@ def test_ragged_and_decode_memos_recheck_fewer_heads(guard_calls):
     assert "paged_kv_cache must have rank 5" in msg
 
 
+def _meta(t):
+    """t's shape, stride and dtype on another device (no data_ptr a kernel could read)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def _in_place_strided_k(q, k, v, out):
+    k.as_strided_(k.shape, (256, 128, 2))  # the very object the memo saw (same id), strided now
+    return q, k, v, {}
+
+
 @pytest.mark.parametrize("bad,words", [
     (lambda q, k, v, out: (q, k, v[:3], {}), "kv_len is 9 for one tensor but 3"),
     (lambda q, k, v, out: (q[:, :3], k, v, {}), "num_qo_heads 3 is not a multiple of num_kv_heads 2"),
     (lambda q, k, v, out: (q, k, v, {"kv_layout": "NDH"}), "kv_layout is 'NDH'"),
     (lambda q, k, v, out: (q, k, v, {"out": torch.empty(5, 4, 128, dtype=q.dtype)[..., ::2]}),
      "out must be contiguous"),
+    (lambda q, k, v, out: (q, k, v, {"out": out[:2]}), "out must have shape (5, 4, 64) but has (2, 4, 64)"),
+    (lambda q, k, v, out: (q, k, v, {"out": out.view(4, 5, 64)}), "out must have shape (5, 4, 64) but has (4, 5, 64)"),
     (lambda q, k, v, out: (q, k.as_strided(k.shape, (256, 128, 2)), v, {}), "k has stride(-1) == 2"),
-], ids=["kv_len", "heads", "layout", "strided_out", "strided_k"])
+    (_in_place_strided_k, "k has stride(-1) == 2"),
+    (lambda q, k, v, out: (q, k, torch.cat([v, v], -1)[..., ::2], {}), "v has stride(-1) == 2"),
+    (lambda q, k, v, out: (torch.cat([q, q], -1)[..., ::2], k, v, {}), "q has stride(-1) == 2"),
+    (lambda q, k, v, out: (q.to(torch.float64), k, v, {}), "q dtype is torch.float64"),
+    (lambda q, k, v, out: (q, k, v.to(torch.float64), {}), "v dtype is torch.float64"),
+    (lambda q, k, v, out: (q, k, v, {"out": out.to(torch.float64)}), "out dtype is torch.float64"),
+    (lambda q, k, v, out: (_meta(q), k, v, {}), "q is on meta"),
+    (lambda q, k, v, out: (q, k, _meta(v), {}), "v is on meta"),
+    (lambda q, k, v, out: (q, k, v, {"out": _meta(out)}), "out is on meta"),
+], ids=["kv_len", "heads", "layout", "strided_out", "short_out", "reshaped_out", "strided_k", "strided_k_in_place",
+        "strided_v", "strided_q",
+        "q_dtype", "v_dtype", "out_dtype", "q_device", "v_device", "out_device"])
 def test_single_memo_rechecks(guard_calls, bad, words):
+    """Each bad call differs from the memoized one in one thing the key reads (shape, stride,
+    dtype, device, contiguity, layout), with everything else the same: the memo must miss and the
+    refusal read as it does with no memo. Any key that left that thing out would let it through."""
     from kernels import single
     single._MEMO.clear()  # the single calls' memo is the module's: start from none
     q, k0, v = single_inputs(4, 2)
@@ -576,6 +602,80 @@ def test_single_memo_rechecks(guard_calls, bad, words):
     msg = refusal(lambda: kernels.single_prefill_with_kv_cache(bq, bk, bv, **kw))
     single._MEMO.clear()
     assert msg == refusal(lambda: kernels.single_prefill_with_kv_cache(bq, bk, bv, **kw))
+    assert words in msg
+
+
+@pytest.mark.parametrize("bad,words", [
+    (lambda lse: lse[:2], "lse must have shape (5, 4) but has (2, 4)"),
+    (lambda lse: torch.empty(4, 5).t(), "lse must be contiguous"),
+    (lambda lse: lse.to(torch.float64), "lse dtype is torch.float64"),
+    (lambda lse: _meta(lse), "lse is on meta"),
+], ids=["short", "strided", "dtype", "device"])
+def test_single_memo_rechecks_lse(guard_calls, bad, words):
+    """The memoized call passed an lse of the right shape: one that differs only in shape,
+    contiguity (same shape), dtype or device must still be refused."""
+    from kernels import single
+    single._MEMO.clear()
+    q, k, v = single_inputs(4, 2)
+    lse = torch.empty(5, 4)
+    memoized(lambda: kernels.single_prefill_with_kv_cache(q, k, v, return_lse=True, lse=lse), guard_calls)
+    other = bad(lse)
+    msg = refusal(lambda: kernels.single_prefill_with_kv_cache(q, k, v, return_lse=True, lse=other))
+    single._MEMO.clear()
+    assert msg == refusal(lambda: kernels.single_prefill_with_kv_cache(q, k, v, return_lse=True, lse=other))
+    assert words in msg
+
+
+def test_single_memo_with_lse_rechecks_and_computes(guard_calls):
+    """A memoized call with return_lse and a given lse, then without out: each repeat is right."""
+    from kernels import single
+    single._MEMO.clear()
+    q, k, v = single_inputs(4, 2)
+    want_o, want_lse = ref_attention(q, k, v, True)
+    lse = torch.empty(5, 4)
+    for kw in ({"lse": lse}, {}):
+        for _ in range(2):
+            o, l = kernels.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True, **kw)
+            close(o, want_o, torch.float16)
+        memoized(lambda: kernels.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True, **kw),
+                 guard_calls)
+    assert torch.isfinite(l).all() and torch.isfinite(lse).all()
+    assert "lse must have shape (5, 4) but has (5, 3)" in refusal(
+        lambda: kernels.single_prefill_with_kv_cache(q, k, v, return_lse=True, lse=torch.empty(5, 3)))
+
+
+@pytest.mark.parametrize("disable", ["gqa_divisible", "all"])
+def test_single_memo_rechecks_when_guards_are_switched_back_on(off, monkeypatch, guard_calls, disable):
+    from kernels import single
+    single._MEMO.clear()
+    q, k, v = single_inputs(4, 2)
+    q3 = q[:, :3]  # 3 query heads over 2 kv heads: let through while gqa_divisible is off
+    off(disable)
+    for _ in range(2):  # with one guard off, memoized under that switch
+        kernels.single_prefill_with_kv_cache(q3, k, v)
+    monkeypatch.delenv("KERNELS_DISABLE_GUARDS")
+    msg = refusal(lambda: kernels.single_prefill_with_kv_cache(q3, k, v))
+    assert "num_qo_heads 3 is not a multiple of num_kv_heads 2" in msg
+
+
+@pytest.mark.parametrize("bad,words", [
+    (lambda q, k, v: (q.to(torch.float64), k, v), "q dtype is torch.float64"),
+    (lambda q, k, v: (_meta(q), k, v), "q is on meta"),
+    (lambda q, k, v: (q[:3], k, v), "num_qo_heads 3 is not a multiple of num_kv_heads 2"),
+    (lambda q, k, v: (q, k[:, :1], v), "num_kv_heads is 1 for one tensor but 2"),
+], ids=["q_dtype", "q_device", "q_heads", "k_heads"])
+def test_single_decode_memo_rechecks(guard_calls, bad, words):
+    from kernels import single
+    single._MEMO.clear()
+    q, k, v = single_inputs(4, 2, L=1)
+    q = q[0]
+    want = ref_attention(q[None], k, v)[0][0]
+    memoized(lambda: kernels.single_decode_with_kv_cache(q, k, v), guard_calls)
+    close(kernels.single_decode_with_kv_cache(q, k, v), want, torch.float16)  # the fast path computes right
+    args = bad(q, k, v)
+    msg = refusal(lambda: kernels.single_decode_with_kv_cache(*args))
+    single._MEMO.clear()
+    assert msg == refusal(lambda: kernels.single_decode_with_kv_cache(*args))
     assert words in msg
 
 
