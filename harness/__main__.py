@@ -1,5 +1,5 @@
-import sys
-
 from harness.cli import main
+from harness.fast_exit import exit_now
 
-sys.exit(main())
+# Every command's files are closed by the time main returns (harness/fast_exit.py).
+exit_now(main())

@@ -465,7 +465,9 @@ def cmd_check(args) -> int:
     start = time.perf_counter()
     # Started first, held until go(): its start-up overlaps this process's imports and checks.
     from harness.held_start import HeldChild
-    child = HeldChild(pytest_command(args), ROOT, child_env(), quiet=not args.pytest_args)
+    from harness import fast_exit
+    child = HeldChild(pytest_command(args), ROOT, dict(child_env(), **{fast_exit.ENV: "1"}),
+                      quiet=not args.pytest_args)
     try:
         results = results_of(args)
         why = results_folder_error(results) or _check_run(args)

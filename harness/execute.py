@@ -185,14 +185,20 @@ def _execute(case: Case, target: Target, device: torch.device, buffers: Buffers,
     if "expected" in result:
         expected = result.pop("expected")
     else:
+        # Where it is cheapest: a small device problem's reference on the CPU, from its
+        # kept copy of the same bits (Problem.on_host); the rest where the problem lives.
+        where = problem.on_host() or problem
         try:
-            expected = attention_reference(problem)
+            expected = attention_reference(where)
         except NoReference as why:
             if case.expect == "refuse":
                 return done(classify(case), outputs=outputs)
             raise CaseBug(f"{case.id}: ran without error but has no reference ({why}); "
                           f"a case the reference cannot define must expect 'refuse'") from why
-        baseline = attention_baseline(problem)
+        baseline = attention_baseline(where)
+        if where is not problem:
+            # Judged there too: the outputs' CPU copies are made already (for the repeats).
+            result.update(outputs)
     not_returned = result.pop("not_returned", {})
     comparisons = judge(result, expected, baseline, problem, skip=set(not_returned))
     # A must-refuse case that ran is `silent` whatever its values; they still go on the row.

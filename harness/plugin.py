@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import held_start, isolation, table
+from harness import fast_exit, held_start, isolation, table
 from harness.row import case_row  # noqa: F401  (re-exported: the repro path builds rows too)
 from harness.session import (ROW_KEY, RUN, Run, case_id_of, csv_list,  # noqa: F401
                              default_profile, get_run, resolve_repeat, select_cases)
@@ -143,6 +143,26 @@ def pytest_configure(config):
     config.pluginmanager.register(Controller(run), "harness-controller")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(run), "harness-xdist")
+
+
+# ------------------------------------------------------------------ exit
+
+_EXIT_STATUS = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish(session, exitstatus):
+    yield
+    # After every other sessionfinish: the rows are synced and xdist's workerfinished is sent.
+    session.config.stash[_EXIT_STATUS] = int(session.exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    # The last thing pytest does before it returns its exit status: under `harness check`,
+    # leave now instead of paying the interpreter's teardown (harness/fast_exit.py).
+    if fast_exit.wanted() and _EXIT_STATUS in config.stash:
+        fast_exit.exit_now(config.stash[_EXIT_STATUS])
 
 
 def _pin_device(worker: str) -> None:

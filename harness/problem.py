@@ -20,7 +20,7 @@ VALUES below. "normal" leaves them untouched.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import torch
@@ -39,6 +39,15 @@ DEFAULTS = {
     "values": "normal",       # one of VALUES
 }
 REQUIRED = ("head_dim", "num_qo_heads", "qo_lens", "kv_lens")
+
+# Up to this many multiply-adds (sum of qo_len * kv_len over requests, times q heads times
+# head_dim + head_dim_vo) a device problem keeps a CPU copy of its q, k, v for the reference
+# (Problem.on_host): ~96% of the full profile's cases, each a few ms of fp64 on one core.
+HOST_REFERENCE_WORK = 1 << 22
+
+
+def reference_work(qo_lens, kv_lens, num_qo_heads: int, head_dim: int, head_dim_vo: int) -> int:
+    return sum(a * b for a, b in zip(qo_lens, kv_lens)) * num_qo_heads * (head_dim + head_dim_vo)
 
 
 @dataclass
@@ -63,10 +72,28 @@ class Problem:
     sm_scale: float
     return_lse: bool
     seed: int = 0
+    # The same q, k, v on the CPU (bit for bit: the draws before they moved), kept for a
+    # device problem whose reference is cheaper there; None otherwise (see on_host).
+    host_qkv: tuple | None = field(default=None, repr=False)
 
     @property
     def batch_size(self) -> int:
         return len(self.qo_lens)
+
+    def on_host(self) -> "Problem | None":
+        """This problem with its q, k, v on the CPU: itself on the CPU, None when no copy was kept.
+
+        On a GPU a small case's reference (a few dozen tiny fp64 kernels and as many
+        synchronizing reads per request) costs more in launches, syncs and, with many
+        worker processes on one device, context switches than the arithmetic itself; the
+        CPU computes the same fp64 values from the same bits without touching the device.
+        """
+        if self.device.type == "cpu":
+            return self
+        if self.host_qkv is None:
+            return None
+        q, k, v = self.host_qkv
+        return replace(self, device=torch.device("cpu"), q=q, k=k, v=v, host_qkv=None)
 
     def q_packed(self) -> torch.Tensor:
         return _cat(self.q, (self.num_qo_heads, self.head_dim), self.dtype, self.device)
@@ -244,16 +271,23 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
     def draw(*shape: int) -> torch.Tensor:
         return torch.randn(shape, generator=gen, dtype=torch.float32)
 
-    def final(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype).to(device)
+    keep_host = device.type != "cpu" and reference_work(
+        p["qo_lens"], p["kv_lens"], hq, d, dv) <= HOST_REFERENCE_WORK
+    host = ([], [], [])
+
+    def final(t: torch.Tensor, kept: list) -> torch.Tensor:
+        t = t.to(dtype)
+        if keep_host:
+            kept.append(t)
+        return t.to(device)
 
     q, k, v = [], [], []
     for r, (lq, lk) in enumerate(zip(p["qo_lens"], p["kv_lens"])):
         qr, kr, vr = draw(lq, hq, d), draw(lk, hkv, d), draw(lk, hkv, dv)
         VALUES[p["values"]](qr, kr, vr, r=r, dtype=p["dtype"], sm_scale=sm_scale)
-        q.append(final(qr))
-        k.append(final(kr))
-        v.append(final(vr))
+        q.append(final(qr, host[0]))
+        k.append(final(kr, host[1]))
+        v.append(final(vr, host[2]))
     return Problem(
         params=p, dtype=dtype, dtype_name=p["dtype"], device=device, q=q, k=k, v=v,
         qo_lens=list(p["qo_lens"]), kv_lens=list(p["kv_lens"]),
@@ -261,4 +295,5 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
         num_qo_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_vo=dv,
         causal=p["causal"], window_left=p["window_left"],
         sm_scale=sm_scale, return_lse=p["return_lse"], seed=int(seed),
+        host_qkv=host if keep_host else None,
     )

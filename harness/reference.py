@@ -2,8 +2,9 @@
 
 Computed from the problem's logical per-request q/k/v, never from a
 library's buffers, so a layout bug in an adapter or a library cannot leak
-into the expected values. Always float64, on the problem's device: an fp32
-case needs a reference finer than its own fp32 baseline, and the logits are
+into the expected values. Always float64, on the device of the problem it is
+given (the engine gives a small device problem's CPU copy: Problem.on_host): an
+fp32 case needs a reference finer than its own fp32 baseline, and the logits are
 computed in bounded blocks, so fp64 costs time, not memory.
 
 attention_baseline is the same computation done in the input dtype (the

@@ -18,7 +18,8 @@ from harness.classify import Verdict, severity
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    # Milliseconds: a run's timeline (benchmarks/timeline.py) tells start-up from throughput.
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _jsonable(v):
