@@ -8,7 +8,8 @@
 #   bash benchmarks/gpu_bundled.sh [STEP ...]
 # Steps (default: all, in this order; each is skipped once DEADLINE_S is near):
 #   build tests throughput full graphs offset sanitizer bench
-# Knobs: WORKERS (16), DEADLINE_S (560), OUT (./gpu_out).
+# Knobs: WORKERS (16), DEADLINE_S (560), OUT (./gpu_out), MPS (0: throughput without MPS only),
+# BENCH_ONLY (bench sections, comma-separated; all).
 # Writes log.txt, the tables and reports to $OUT.
 set -uo pipefail
 START=$(date +%s)
@@ -32,10 +33,11 @@ timed() {
   local need=$1; shift
   local budget; budget=$(left)
   if [ "$budget" -lt "$need" ]; then say "skipped (needs ${need}s, ${budget}s left): $*"; return 0; fi
-  local s; s=$(date +%s.%N)
+  local s; s=$(date +%s%N)
   timeout --signal=INT --kill-after=15 "$budget" "$@" >>"$LOG" 2>&1
   local rc=$?
-  say "$(printf '%.1f' "$(echo "$(date +%s.%N) - $s" | bc)") s, rc $rc: $*"
+  local ms=$(( ($(date +%s%N) - s) / 1000000 ))
+  say "$(( ms / 1000 )).$(( ms % 1000 / 100 )) s, rc $rc: $*"
   return $rc
 }
 CHECK="python3 -m harness check --reruns 0"
@@ -71,18 +73,26 @@ step_sanitizer() {
       --case-id fa2.single_prefill/gqa.kv0/bf16-d128-h8x0-nolse --sanitizer memcheck -n 1 \
       --results "$OUT/sanitizer_kv0.jsonl"
 }
-# The ci profile's valid family (577 cases), --repeat 1: at 4 and 16 workers without MPS,
-# then at 1, 4, 8, 16 with it (MPS stays on for the steps after).
+# timeline RESULTS START: when each worker's rows came (benchmarks/timeline.py), into the log.
+timeline() { python3 -m benchmarks.timeline "$1" --start "$2" >>"$LOG" 2>&1; }
+# The ci profile's valid family (577 cases), --repeat 1, at 1, 4 and 16 workers without MPS,
+# each with its timeline; with MPS=1 also at 16, 8, 4, 1 with it (MPS then stays on for the
+# steps after).
 THRU="--profile ci --family valid --repeat 1"
 step_throughput() {
-  for n in 4 16; do timed 40 $CHECK $THRU -n "$n" --results "$RES/valid-n$n.jsonl"; done
-  if mps_on; then
-    for n in 16 8 4 1; do timed 40 $CHECK $THRU -n "$n" --results "$RES/valid-mps-n$n.jsonl"; done
-  fi
+  local t0
+  for n in 1 4 16; do
+    t0=$(date +%s.%N)
+    timed 40 $CHECK $THRU -n "$n" --results "$RES/valid-n$n.jsonl" && timeline "$RES/valid-n$n.jsonl" "$t0"
+  done
+  [ "${MPS:-0}" = 1 ] && mps_on || return 0
+  for n in 16 8 4 1; do timed 40 $CHECK $THRU -n "$n" --results "$RES/valid-mps-n$n.jsonl"; done
 }
 step_full() {   # the full profile (the GPU's default), --repeat 2 (the GPU's default)
+  local t0; t0=$(date +%s.%N)
   timed 120 $CHECK -n "$WORKERS" --html "$OUT/full.html" --markdown "$OUT/full.md" \
       --results "$RES/full.jsonl"
+  timeline "$RES/full.jsonl" "$t0"
 }
 step_graphs() {   # the captured graph's merge past the smaller batch, with its guard off
   timed 20 $CHECK --family graph_replan --disable-guards merge_live_rows -n 4 \
@@ -94,7 +104,9 @@ step_offset() {   # the past-2^31 cases alone: the row's duration is the build a
   timed 30 $CHECK --profile full --family scale --case-id offset_past_2_31 -n 4 --repeat 1 \
       --results "$OUT/offset.jsonl"
 }
-step_bench() { timed 120 python3 -m benchmarks.bench --quick --out "$OUT/bench"; }
+step_bench() {   # BENCH_ONLY: the sections (all)
+  timed 120 python3 -m benchmarks.bench --quick --out "$OUT/bench" ${BENCH_ONLY:+--only $BENCH_ONLY}
+}
 
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(build tests throughput full graphs offset sanitizer bench)
