@@ -116,6 +116,7 @@ def pytest_configure(config):
     if config.pluginmanager.hasplugin("xdist") and config.getoption("maxworkerrestart", None) is None:
         # Every crash costs a worker; xdist's default (4 per worker) would end the run.
         config.option.maxworkerrestart = "1000000"
+    _one_case_at_a_time(config, _selected(run))
     workers = getattr(config.option, "numprocesses", None)
     if isinstance(workers, int) and workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         # Host kernels and the CPU reference each use every core by default;
@@ -199,14 +200,43 @@ HEAVY_WORK = 1 << 28
 
 
 def heaviest_first(cases: list) -> list:
-    """The heavy cases first, heaviest first; the rest in generation order. Workers pick
-    cases up in this order, so a long-context case no longer starts last and holds one
-    worker long after the others are done (the H200's full profile: 2969 of 3035 rows in
-    20 s, then 130 s of long_kv_full cases on one worker). Every process sorts alike, as
-    xdist needs."""
+    """The heavy cases first, heaviest first, each followed by one light case; the rest in
+    generation order.
+
+    Workers pick cases up in this order (xdist hands each worker two cases, then one at a
+    time: see _one_case_at_a_time), so no long-context case starts last and holds one worker
+    long after the others are done, and no two of them start on the same worker: on the
+    H200 the full profile's eight long_kv_full cases, handed out in xdist's default chunks
+    (a quarter of each worker's share, contiguous), all went to one worker, which ran them
+    one after the other for 130 s after the other 2,990 rows were done. Every process
+    sorts alike, as xdist needs."""
     work = {c.id: isolation.case_work(c.params) for c in cases}
     heavy = sorted((c for c in cases if work[c.id] >= HEAVY_WORK), key=lambda c: -work[c.id])
-    return heavy + [c for c in cases if work[c.id] < HEAVY_WORK]
+    light = [c for c in cases if work[c.id] < HEAVY_WORK]
+    ordered = []
+    for i, case in enumerate(heavy):
+        ordered += [case, *light[i:i + 1]]
+    return ordered + light[len(heavy):]
+
+
+def _one_case_at_a_time(config, cases: list) -> None:
+    """With a heavy case selected, xdist's load scheduling in its smallest chunks: two cases
+    to each worker at first, then one to whichever worker is free. Its default first
+    hand-out (a contiguous quarter of each worker's share) would give one worker every
+    heavy case heaviest_first put first. Without one the default chunks stay: one
+    scheduling message per case cost the 1,845-case ci profile 0.9 s on 2 cores."""
+    option = config.option
+    if getattr(option, "dist", None) == "load" and getattr(option, "maxschedchunk", 0) is None \
+            and any(isolation.case_work(c.params) >= HEAVY_WORK for c in cases):
+        option.maxschedchunk = 1
+
+
+def _selected(run: Run) -> list:
+    """The run's cases, or none when the selection is bad: collection then says why."""
+    try:
+        return run.cases()
+    except Exception:  # noqa: BLE001 - reported by pytest_generate_tests, with its message
+        return []
 
 
 # ------------------------------------------------------------------ worker side

@@ -81,12 +81,32 @@ def _check(capfd, *args):
     return types.SimpleNamespace(returncode=rc, stdout=out, stderr=err)
 
 
-def test_check_summarizes_and_exits_by_rows(tmp_path, capfd):
-    results = tmp_path / "r.jsonl"
-    ok = _check(capfd, "--results", str(results), "--case-id", "none")
+@pytest.fixture
+def none_then_wrong(tmp_path_factory, capfd):
+    """`check --case-id none`, then `--case-id wrong --disable-guards g1` into the same
+    table: the runs test_check_summarizes_and_exits_by_rows asserts on, the second of which
+    test_check_prints_progress_and_no_pytest_failures_section asserts on too. Made once per
+    session (shared_run.once) rather than once for each test: the same command gives both
+    tests the same console and the same table."""
+    import types
+
+    from shared_run import once
+
+    def make(folder):
+        results = folder / "r.jsonl"
+        ok = _check(capfd, "--results", str(results), "--case-id", "none")
+        bad = _check(capfd, "--results", str(results), "--case-id", "wrong",
+                     "--disable-guards", "g1")
+        return {"ok": vars(ok), "bad": vars(bad), "rows": table.read_rows(results)}
+    run = once(tmp_path_factory, "cli-none-then-wrong", make)
+    return (types.SimpleNamespace(**run["ok"]), types.SimpleNamespace(**run["bad"]),
+            run["rows"])
+
+
+def test_check_summarizes_and_exits_by_rows(none_then_wrong):
+    ok, bad, rows = none_then_wrong
     assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
     assert "1 cases, 0 failing" in ok.stdout and "faults.single_prefill" in ok.stdout
-    bad = _check(capfd, "--results", str(results), "--case-id", "wrong", "--disable-guards", "g1")
     assert bad.returncode == 1, bad.stdout[-2000:]
     # One failure class; the row's message (which has max|diff| and the counts) once.
     assert "1 failure class, worst first:" in bad.stdout
@@ -95,7 +115,7 @@ def test_check_summarizes_and_exits_by_rows(tmp_path, capfd):
     assert "1 cases, 1 failing (1 correctness)" in bad.stdout
     # --disable-guards: the "before" table, and no reruns of a known-bad library
     assert "| Route | Case | Result |" in bad.stdout
-    rows = table.read_rows(results)
+    # The second run's table replaced the first's.
     assert len(rows) == 1 and rows[0]["reruns"] == 0 and rows[0]["disable_guards"] == "g1"
 
 
@@ -306,7 +326,7 @@ def test_ctrl_c_during_check_is_one_line_with_the_resume_command(tmp_path):
     while time.monotonic() < deadline and not (results.exists() and results.read_text().strip()):
         time.sleep(0.2)
     assert results.exists(), "the first case never finished"
-    time.sleep(1.0)   # the slow case is running now
+    time.sleep(0.5)   # the slow case (120 s) is running now
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, out + err
@@ -319,7 +339,7 @@ def test_ctrl_c_during_check_is_one_line_with_the_resume_command(tmp_path):
         assert noise not in out + err, out + err
 
 
-def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, monkeypatch, capfd):
+def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, none_then_wrong):
     import io
     progress = cli.Progress(tmp_path / "r.jsonl", total=4, done_before={"a"},
                             stream=io.StringIO(), interval=0)
@@ -333,8 +353,8 @@ def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, monkeypa
     assert line.startswith("check: 3/4 rows, 1 failing, 0:00 elapsed"), line
     # A run of a failing case: the summary once; pytest's FAILURES section and its
     # per-case text (which repeats each row's message) are not on the console.
-    proc = _check(capfd, "--case-id", "wrong", "--disable-guards", "g1", "--results",
-                  str(tmp_path / "w.jsonl"))
+    # (`check --case-id wrong --disable-guards g1`, shared with the test above)
+    proc = none_then_wrong[1]
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "FAILURES" not in proc.stdout and "(expect match)" not in proc.stdout
     assert proc.stdout.count("16/16 wrong") == 2   # the before table and the class line
@@ -366,8 +386,9 @@ def test_check_from_another_folder_takes_paths_from_that_folder(tmp_path, capfd,
                          ids=["signal", "exit", "hang"])
 def test_repro_prints_the_crash_row_of_a_case_that_kills_its_process(fault, outcome, cause,
                                                                      capsys):
+    # The hang is a sleeping loop: any timeout ends it alike; 1 s idles least.
     argv = ["repro", f"faults.single_prefill/faults.{fault}/n0", "--target", "faults", "--json",
-            "--case-timeout", "2"]
+            "--case-timeout", "1"]
     assert cli.main(argv) == 1
     out, err = capsys.readouterr()
     row = json.loads(out)

@@ -186,11 +186,11 @@ def test_guard_off_heap_write_is_caught_in_its_own_process(row):
     import subprocess
     import sys
     case, guard, outcomes = row
-    # The case runs in milliseconds: a 5 s case timeout ends a spinning run in 5 s instead
+    # The case runs in milliseconds: a 3 s case timeout ends a spinning run in 3 s instead
     # of the default 60 (and a run slowed past it by a loaded host is a `hang`, accepted
     # like the spin itself: no outcome that fails the test depends on the timeout).
     proc = subprocess.run([sys.executable, "-m", "harness", "repro", case.id, "--json",
-                           "--disable-guards", guard, "--case-timeout", "5"],
+                           "--disable-guards", guard, "--case-timeout", "3"],
                           capture_output=True, text=True, timeout=300)
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("{"))
     found = json.loads(line)

@@ -39,6 +39,31 @@ def harness_here(capfd, *args) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["harness", *args], rc, out, err)
 
 
+# `harness explore ARGS` in a fresh interpreter, except that the search stops as soon as
+# WANT classes are found and replayed, instead of running out its budget: the test that
+# uses it asserts on the classes found, their files and their replays, none of which the
+# rest of the budget changes. That a search goes on after its classes until the budget is
+# spent is test_search_shrinks_each_class_and_keeps_looking's to prove.
+EXPLORE_UNTIL_FOUND = """
+import sys, time
+from harness import cli, explore
+want = int(sys.argv[1])
+confirm = explore.Explorer.confirm
+def confirm_then_stop(self, finding):
+    confirm(self, finding)
+    if len(self.found) >= want:
+        self.deadline = min(self.deadline, time.monotonic())
+explore.Explorer.confirm = confirm_then_stop
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def explore_until_found(want: int, *args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", EXPLORE_UNTIL_FOUND, str(want), "explore", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def found_classes(stdout: str) -> list[tuple[str, str, Path]]:
     """(outcome, case id, file) of each class line explore printed."""
     return [(m[1], m[2], Path(m[3])) for m in map(CLASS_LINE.match, stdout.splitlines()) if m]
@@ -159,10 +184,11 @@ def test_fork_runner_turns_a_dying_case_into_its_row(faults_runner, fault, outco
 def test_fork_runner_hang_and_budget_cut(faults_runner):
     from harness.targets.faults import fault_case
     start = time.monotonic()
-    row = faults_runner.run(fault_case("hang"), timeout_s=1.0, cut_s=30)
+    # The hang never ends, so any limit ends it alike: half a second each, not one.
+    row = faults_runner.run(fault_case("hang"), timeout_s=0.5, cut_s=30)
     assert row["outcome"] == "hang" and not row["pass"], row
     # Stopped by the caller's budget before its own timeout: no verdict at all.
-    assert faults_runner.run(fault_case("hang"), timeout_s=30, cut_s=1.0) is None
+    assert faults_runner.run(fault_case("hang"), timeout_s=30, cut_s=0.5) is None
     assert time.monotonic() - start < 20
 
 
@@ -186,9 +212,11 @@ def test_found_failures_are_saved_and_replay_the_same(tmp_path, capfd):
     # The budget also pays for each found case's fresh-process replay (a few seconds).
     # Seed 1 finds the silent class at its first case and the SIGFPE at its tenth, shrunk
     # in 8 more: both within 6 s on an idle 2-core host, so 15 s leaves room for a loaded
-    # one. The search runs until the budget is spent, so the budget is this test's length.
-    r = harness("explore", "--route", "fa2.single_prefill", "--family", "gqa", "--budget", "15s",
-                "--seed", "1", "--disable-guards", "all", "--out", str(out))
+    # one. The search stops once both are found and replayed (explore_until_found), so the
+    # budget is only this test's upper bound, not its length.
+    r = explore_until_found(2, "--route", "fa2.single_prefill", "--family", "gqa",
+                            "--budget", "15s", "--seed", "1", "--disable-guards", "all",
+                            "--out", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
     classes = found_classes(r.stdout)
     assert {o for o, _, _ in classes} == {"silent", "crash"}, r.stdout
@@ -213,10 +241,11 @@ def test_found_failures_are_saved_and_replay_the_same(tmp_path, capfd):
 
 def test_with_guards_on_a_short_search_finds_nothing(tmp_path):
     out = tmp_path / "none"
-    # With guards on these are refused or small: 6 s runs about 140 cases on an idle
-    # 2-core host, far past the 10 asserted on a loaded one too.
+    # With guards on these are refused or small: 4 s runs about 90 cases on an idle
+    # 2-core host (every family and route several rounds over), far past the 10 asserted
+    # on a loaded one too.
     r = harness("explore", "--route", "fa2.single_prefill,fa2.ragged_prefill",
-                "--family", "gqa,strided", "--budget", "6s", "--seed", "1",
+                "--family", "gqa,strided", "--budget", "4s", "--seed", "1",
                 "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     assert not found_classes(r.stdout) and not list(out.glob("*.json"))

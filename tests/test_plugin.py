@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness import table
 from harness.targets.faults import fault_case
 
@@ -30,17 +32,35 @@ def run_matrix(tmp_path, cases_file, *args, timeout=300):
     return proc, {r["case_id"]: r for r in rows}, rows
 
 
-def test_rows_without_xdist(tmp_path):
-    path, cases = write_cases(tmp_path, "none", "wrong")
-    proc, by_id, rows = run_matrix(tmp_path, path)
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    assert len(rows) == 2
-    ok, bad = by_id[cases[0].id], by_id[cases[1].id]
+@pytest.fixture
+def without_xdist(tmp_path_factory):
+    """One run without xdist over a passing case, a wrong one and one whose bad params raise
+    in the harness: what test_rows_without_xdist and
+    test_a_case_that_raises_in_the_harness_still_gets_a_failing_row each assert on, made
+    once per session (shared_run.once). Each case's row is its own, whatever else the run
+    holds, and both tests expect the run's exit 1."""
+    from shared_run import once
+
+    def make(folder):
+        path, cases = write_cases(folder, "none", "wrong", ("none", {"dtype": "fp8"}))
+        proc, by_id, rows = run_matrix(folder, path)
+        return {"rc": proc.returncode, "out": proc.stdout[-4000:], "rows": rows,
+                "ids": [c.id for c in cases]}
+    run = once(tmp_path_factory, "plugin-without-xdist", make)
+    by_id = {r["case_id"]: r for r in run["rows"]}
+    assert run["rc"] == 1, run["out"][-2000:]
+    assert len(run["rows"]) == 3 and set(by_id) == set(run["ids"]), run["out"][-2000:]
+    return run["out"], by_id, run["ids"]
+
+
+def test_rows_without_xdist(without_xdist):
+    out, by_id, ids = without_xdist
+    ok, bad = by_id[ids[0]], by_id[ids[1]]
     assert ok["pass"] and ok["outcome"] == "match" and ok["worker"] == "main"
     assert not bad["pass"] and bad["outcome"] == "wrong" and bad["n_wrong"] == bad["n_total"] == 16
     assert bad["max_abs_diff"] > 0.9 and bad["first_bad_index"] == ["o", 0, 0, 0]
     assert ok["target"] == "faults" and ok["arch"] and ok["run_id"] == bad["run_id"]
-    assert "wrong (expect match)" in proc.stdout
+    assert "wrong (expect match)" in out
 
 
 def test_xdist_reruns_never_launder_a_wrong_attempt(tmp_path):
@@ -72,18 +92,15 @@ def test_case_id_filter_and_exit_zero(tmp_path):
     assert set(by_id) == {cases[0].id, cases[2].id}
 
 
-def test_a_case_that_raises_in_the_harness_still_gets_a_failing_row(tmp_path):
+def test_a_case_that_raises_in_the_harness_still_gets_a_failing_row(without_xdist):
     # Bad params raise in build_problem before the case has a row; without a row
     # of its own the table (and every report made from it) would omit the case.
-    path, cases = write_cases(tmp_path, "none", ("none", {"dtype": "fp8"}))
-    proc, by_id, rows = run_matrix(tmp_path, path)
-    assert proc.returncode == 1, proc.stdout[-2000:]
-    assert set(by_id) == {c.id for c in cases}
-    bad = by_id[cases[1].id]
+    out, by_id, ids = without_xdist     # the fixture asserts every case has its row
+    bad = by_id[ids[2]]
     assert bad["outcome"] == "harness_error" and not bad["pass"] and bad["error_type"] == "call"
     assert bad["severity"] == "harness"
     assert "harness error in the case" in bad["message"] and "dtype" in bad["message"]
-    assert bad["target"] == "faults" and bad["arch"] and bad["run_id"] == by_id[cases[0].id]["run_id"]
+    assert bad["target"] == "faults" and bad["arch"] and bad["run_id"] == by_id[ids[0]]["run_id"]
 
 
 def test_repeat_compares_answers_in_one_worker(tmp_path):
