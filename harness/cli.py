@@ -405,12 +405,26 @@ def run_check_child(child, args, results: Path, expected: set) -> int | None:
         if rc in (0, 1) and results.exists():
             os.unlink(log.name)
         else:
-            lines = Path(log.name).read_text(errors="replace").splitlines()[-LOG_TAIL:]
-            print(f"check: pytest exited {rc}; the end of its output (all of it: {log.name}):",
-                  file=sys.stderr)
-            for line in lines:
-                print("  " + line, file=sys.stderr)
+            show_log_tail(log.name, rc)
     return rc
+
+
+def show_log_tail(log_name: str, rc: int) -> None:
+    lines = Path(log_name).read_text(errors="replace").splitlines()[-LOG_TAIL:]
+    print(f"check: pytest exited {rc}; the end of its output (all of it: {log_name}):",
+          file=sys.stderr)
+    for line in lines:
+        print("  " + line, file=sys.stderr)
+
+
+def child_failed(child) -> int:
+    """A child that ended before its report (a bad pytest option after `--`, a plugin that
+    cannot load): its exit status, and the end of its output when that went to a log."""
+    rc = child.proc.wait()
+    if child.log is not None:
+        child.log.close()
+        show_log_tail(child.log.name, rc)
+    return rc or EXIT_FAIL
 
 
 def results_folder_error(results: Path) -> str | None:
@@ -427,15 +441,15 @@ def results_folder_error(results: Path) -> str | None:
             f"or --results-dir")
 
 
-def _check_run(args) -> str | None:
-    """Why the run must not start, in one line; None when it may. Sets args.expected_ids."""
-    from harness.plugin import check_guard_names
-    try:
-        check_guard_names(args.disable_guards, args.target)
-        args.expected_ids = {c.id for c in _select(args)}
-    except (RuntimeError, ImportError, *input_errors()) as why:
+def _check_run(args, report: dict | None) -> str | None:
+    """Why the run must not start, in one line; None when it may. Sets args.expected_ids
+    from the held child's report (harness/held_start.py)."""
+    if report is None:
+        return None   # the child ended without a report: its own output says why
+    if "error" in report:
         # Unknown names, or a target whose library is missing: say so, run nothing.
-        return str(why)
+        return str(report["error"])
+    args.expected_ids = set(report.get("ids") or ())
     if not args.expected_ids and not args.resume:
         return (f"no cases selected (--target {args.target}, --family {args.family or 'all'}, "
                 f"--route {args.route or 'all'}, --case-id {args.case_id or 'any'})")
@@ -449,10 +463,15 @@ def selection_of(args) -> str:
                                 args.profile)
 
 
-def results_of(args) -> Path:
-    from harness.plugin import default_results_path
-    return (Path(args.results).resolve() if args.results else
-            default_results_path(args.target, selection_of(args), args.results_dir))
+def results_of(args, arch: str | None = None) -> Path:
+    """The table's path: --results, or the default one under --results-dir (or ./results),
+    named by target, arch (the held child's, when given), commit and selection."""
+    if args.results:
+        return Path(args.results).resolve()
+    from harness import platform_info, table
+    root = Path(args.results_dir) if args.results_dir is not None else Path.cwd() / table.RESULTS_DIR
+    return table.results_path(args.target, arch or platform_info.arch(),
+                              platform_info.repo_commit(), root, selection_of(args))
 
 
 def cmd_check(args) -> int:
@@ -469,8 +488,10 @@ def cmd_check(args) -> int:
     child = HeldChild(pytest_command(args), ROOT, dict(child_env(), **{fast_exit.ENV: "1"}),
                       quiet=not args.pytest_args)
     try:
-        results = results_of(args)
-        why = results_folder_error(results) or _check_run(args)
+        report = child.report()
+        why = _check_run(args, report)
+        results = None if why or report is None else results_of(args, report.get("arch"))
+        why = why or (results_folder_error(results) if results is not None else None)
     except BaseException:
         child.call_off()
         raise
@@ -478,6 +499,8 @@ def cmd_check(args) -> int:
         child.call_off()
         print(f"check: {why}", file=sys.stderr)
         return EXIT_USAGE
+    if report is None:   # it ended before it could say what the run is: pytest's own error
+        return child_failed(child)
     rc = run_check_child(child, args, results, args.expected_ids)
     if rc is None:  # Ctrl-C: what is kept and how to go on are said already
         return EXIT_USAGE
@@ -513,8 +536,7 @@ def cmd_check(args) -> int:
         print(f"check: {len(missing)} case(s) have no row, e.g. {sorted(missing)[:3]}",
               file=sys.stderr)
         return EXIT_FAIL
-    from harness.targets import load_target
-    owns = bool(getattr(load_target(args.target), "owns_contract", False))
+    owns = bool(report.get("owns_contract"))
     blocking = gating(df, owns, args.strict) if len(df) else df
     findings = int((~df["pass"].astype(bool)).sum()) - len(blocking) if len(df) else 0
     if findings:

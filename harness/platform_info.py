@@ -6,17 +6,20 @@ import socket
 import subprocess
 from pathlib import Path
 
-import torch
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def device() -> torch.device:
+# torch is imported where a function needs it: repo_commit and host_name serve processes
+# that never load it (harness check's parent).
+
+def device() -> "torch.device":
+    import torch
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def arch() -> str:
     """'gfx942' on ROCm, 'sm_90' on CUDA, 'cpu-x86_64' without a GPU."""
+    import torch
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         if getattr(torch.version, "hip", None):

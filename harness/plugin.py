@@ -86,6 +86,22 @@ def check_guard_names(value: str | None, target: str = DEFAULT_TARGET) -> None:
         raise pytest.UsageError(str(why)) from None
 
 
+def run_report(config, run: Run) -> dict:
+    """What a held child tells `harness check` before it may go (harness/held_start.py):
+    the selected case ids, the arch that names a default table and whether the target owns
+    its contract; or, when the options cannot make a run, {"error": one line}."""
+    from harness import platform_info
+    try:
+        check_guard_names(config.getoption("disable_guards"), config.getoption("target"))
+        ids = [c.id for c in run.cases()]
+        owns = bool(getattr(run.target(), "owns_contract", False))
+    # An unknown name or file, or a target whose library is missing or cannot run here
+    # (its message says what to install): one line, and nothing runs.
+    except (pytest.UsageError, ValueError, OSError, RuntimeError, ImportError) as why:
+        return {"error": str(why)}
+    return {"ids": ids, "arch": platform_info.arch(), "owns_contract": owns}
+
+
 def _disable_guards_env(value: str | None, target: str) -> None:
     check_guard_names(value, target)
     if value:
@@ -104,10 +120,12 @@ def pytest_configure(config):
         config.stash[RUN] = run
         _pin_device(run.worker)
         return
+    run = Run(config, False)
+    if held_start.is_held():
+        held_start.send_report(run_report(config, run))
     results = held_start.wait_for_go()   # before anything is written
     if results is not None:
         config.option.results = results
-    run = Run(config, False)
     config.stash[RUN] = run
     if config.getoption("collectonly"):
         return

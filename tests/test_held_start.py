@@ -2,6 +2,7 @@
 until released, and exits having written nothing when the run is called off."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -55,3 +56,49 @@ def test_a_check_called_off_by_a_bad_option_leaves_no_table(tmp_path):
     assert done.stderr.strip().splitlines() == [done.stderr.strip().splitlines()[0]]
     assert "--family" in done.stderr and "nosuch" in done.stderr
     assert not results.exists()
+
+
+REPORTING_CHILD = ("import sys, json; from harness import held_start\n"
+                   "held_start.send_report(json.loads(sys.argv[2]))\n"
+                   "path = held_start.wait_for_go()\n"
+                   "open(sys.argv[1], 'w').write(repr(path))\n")
+
+
+def test_the_parent_reads_the_childs_report_before_it_lets_it_go(tmp_path):
+    marker = tmp_path / "marker"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    said = {"ids": ["a/b", "c/d"], "arch": "cpu-x", "owns_contract": True}
+    child = HeldChild([sys.executable, "-c", REPORTING_CHILD, str(marker), json.dumps(said)],
+                      ROOT, env, quiet=True)
+    assert child.report() == said
+    assert child.proc.poll() is None and not marker.exists()   # still held after reporting
+    child.go(tmp_path / "t.jsonl")
+    assert child.proc.wait(timeout=60) == 0
+    assert marker.read_text() == repr(str(tmp_path / "t.jsonl"))
+
+
+def test_a_child_that_ends_without_a_report_gives_none(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = HeldChild([sys.executable, "-c", "raise SystemExit(3)"], ROOT, env, quiet=True)
+    assert child.report() is None
+    assert child.proc.wait(timeout=60) == 3
+    child.call_off()
+
+
+def test_the_check_parent_never_imports_torch_or_a_target(tmp_path):
+    """The child does the selection; the parent only waits, then reads the table."""
+    import subprocess
+    results = tmp_path / "r.jsonl"
+    script = ("import sys\n"
+              "for name in ('torch', 'kernels', 'harness.targets.bundled'):\n"
+              "    sys.modules[name] = None   # importing it now raises ImportError\n"
+              "from harness.cli import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    done = subprocess.run([sys.executable, "-c", script, "check", "-n", "0", "--case-id",
+                           "fa2.single_prefill/valid.grid/bf16-d64-h2x2-q1k1-full-nhd",
+                           "--results", str(results)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["outcome"] for r in rows] == ["match"]
+    assert "1 cases, 0 failing" in done.stdout
