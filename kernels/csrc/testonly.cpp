@@ -2,6 +2,9 @@
 // each one is what a broken kernel does to the process.
 #include <stdlib.h>
 #include <string.h>
+#if defined(KERNELS_PLATFORM_HOST)
+#include <unistd.h>
+#endif
 #include "errors.h"
 #include "platform.h"
 #include "testonly.h"
@@ -9,6 +12,11 @@
 __global__ void testonly_divide_kernel(volatile int* out, int divisor) { out[threadIdx.x] = 1000 / divisor; }
 __global__ void testonly_spin_kernel(volatile int* flag) {
   while (*flag == 0) {
+#if defined(KERNELS_PLATFORM_HOST)
+    // Never returns all the same; on the host it yields its core meanwhile, so a test of the
+    // harness's hang handling does not spin one of two cores until its timeout fires.
+    usleep(1000);
+#endif
   }
 }
 
