@@ -9,9 +9,12 @@ bad index and the whole-tensor relative error ||got - exp|| / ||exp||.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import torch
+if TYPE_CHECKING:
+    import torch
+# torch is imported by the functions that compute: Comparison, Summary and summarize serve
+# the table's readers too (classify, the reports), which never load it.
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Comparison:
 
 def compare(got: torch.Tensor, expected: torch.Tensor, tol: float,
             baseline_error: float | None = None) -> Comparison:
+    import torch
     if not tol >= 0:
         raise ValueError(f"compare: tol must be a number >= 0, got {tol!r}")
     n_total = expected.numel()
@@ -66,6 +70,7 @@ def compare(got: torch.Tensor, expected: torch.Tensor, tol: float,
 
 
 def _rel_error(d: torch.Tensor, exp: torch.Tensor, finite: torch.Tensor) -> float | None:
+    import torch
     if not bool(finite.any()):
         return None
     num = float(torch.linalg.vector_norm(torch.where(finite, d, 0.0)))
