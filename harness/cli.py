@@ -485,9 +485,10 @@ def cmd_check(args) -> int:
         print(f"check: {why}", file=sys.stderr)
         return EXIT_USAGE
     start = time.perf_counter()
-    # Started first, held until go(): its start-up overlaps this process's imports and checks.
-    from harness.held_start import HeldChild
+    # Started at once and held until go(): it works out the run (this process never loads
+    # torch or a target) and says so in its report; a bad option calls it off.
     from harness import fast_exit
+    from harness.held_start import HeldChild
     child = HeldChild(pytest_command(args), ROOT, dict(child_env(), **{fast_exit.ENV: "1"}),
                       quiet=not args.pytest_args)
     try:
