@@ -179,8 +179,9 @@ class Buffers:
     def _banded(self, numel: int, dtype: torch.dtype, name: str, canary_elems: int) -> _Guarded:
         pattern = canary_pattern(canary_elems, dtype)
         alloc = torch.empty(2 * canary_elems + numel, dtype=dtype, device=self.device)
-        alloc[:canary_elems] = pattern.to(self.device)
-        alloc[canary_elems + numel:] = pattern.to(self.device)
+        on_device = pattern.to(self.device)   # one copy to a GPU for both bands
+        alloc[:canary_elems] = on_device
+        alloc[canary_elems + numel:] = on_device
         alloc[canary_elems:canary_elems + numel] = poison_value(dtype)
         guarded = _Guarded(name, alloc, canary_elems, numel, _bits_of(pattern))
         self._guarded.append(guarded)
@@ -215,8 +216,9 @@ class Buffers:
         problems = []
         for g in self._guarded:
             c = g.canary_elems
-            before = _bits_of(g.alloc[:c]).cpu()
-            after = _bits_of(g.alloc[c + g.numel:]).cpu()
+            # Both bands in one read back (on a GPU, one synchronizing copy, not two).
+            bands = _bits_of(torch.cat((g.alloc[:c], g.alloc[c + g.numel:]))).cpu()
+            before, after = bands[:c], bands[c:]
             bad = (before != g.pattern).nonzero().flatten()
             if bad.numel():
                 nearest = int(bad[-1]) - c    # -1 is the element just before the output

@@ -330,11 +330,13 @@ def execute_repeated(case, target, repeat: int, on_stage=None):
     from harness.execute import execute_case
 
     results = []
-    for _ in range(repeat):
+    for attempt in range(1, repeat + 1):
         results.append(execute_case(case, target, on_stage=on_stage))
         # No attempt after a crash or on a poisoned device: it would only report the fault
-        # again as its own (the row's health probe then retires the worker).
-        if results[-1].outcome in ("crash", "hang") or isolation.health_probe() is not None:
+        # again as its own (the row's health probe then retires the worker). After the last
+        # attempt there is nothing to decide: the row's own probe follows at once.
+        if results[-1].outcome in ("crash", "hang") or (
+                attempt < repeat and isolation.health_probe() is not None):
             break
     return combine_results(results)
 
