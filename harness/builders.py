@@ -104,9 +104,26 @@ SNAPSHOT_ELEMS = 1 << 22
 
 def fingerprint(t: torch.Tensor) -> str:
     """Bitwise hash of the storage t can reach, plus its layout."""
-    raw = _span_bits(t).cpu().numpy().tobytes()
+    return _digest(t, _span_bits(t).cpu().numpy().tobytes())
+
+
+def _digest(t: torch.Tensor, raw: bytes) -> str:
     layout = f"{t.dtype}{tuple(t.shape)}{t.stride()}{t.storage_offset()}".encode()
     return hashlib.sha256(layout + raw).hexdigest()[:24]
+
+
+def fingerprints(tensors: list[torch.Tensor]) -> list[str]:
+    """fingerprint() of each, from one read back of all their spans (on a GPU, one
+    synchronizing copy instead of one per tensor)."""
+    if not tensors:
+        return []
+    spans = [_span_bits(t).reshape(-1).view(torch.uint8) for t in tensors]
+    raw = torch.cat(spans).cpu().numpy().tobytes()
+    out, at = [], 0
+    for t, span in zip(tensors, spans):
+        out.append(_digest(t, raw[at:at + span.numel()]))
+        at += span.numel()
+    return out
 
 
 def canary_pattern(n: int, dtype: torch.dtype) -> torch.Tensor:
@@ -228,7 +245,10 @@ class Buffers:
             if bad.numel():
                 problems.append(f"canary after {g.name}: {bad.numel()} elements changed, "
                                 f"first at +{int(bad[0])}")
+        hashed = [w for w in self._watched if w.snapshot is None]
+        now = dict(zip(map(id, hashed), fingerprints([w.tensor for w in hashed])))
         for w in self._watched:
-            if w.changed():
+            changed = w.changed() if w.snapshot is not None else now[id(w)] != w.fp
+            if changed:
                 problems.append(f"input {w.name} changed")
         return problems

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from harness.builders import (INT_POISON, Buffers, canary_pattern, every_other, fingerprint,
-                              head_sliced, strided_last_dim)
+                              fingerprints, head_sliced, strided_last_dim)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
@@ -149,3 +149,17 @@ def test_a_huge_page_pool_is_poisoned_around_the_owned_pages(monkeypatch):
     assert torch.isnan(k[51, 4:].float()).all()
     for page in (0, 1, 48, 49):
         assert torch.isnan(k[page].float()).all(), page
+
+
+def test_one_read_back_fingerprints_each_tensor_as_alone():
+    tensors = [torch.randn(5, 3), strided_last_dim(torch.randn(4, 6).to(torch.bfloat16)),
+               every_other(torch.arange(10, dtype=torch.int32)), torch.ones(3, dtype=torch.bool),
+               torch.randn(2, 3)[:, 1], torch.empty(0, 4), head_sliced(torch.randn(3, 2, 4))]
+    assert fingerprints(tensors) == [fingerprint(t) for t in tensors]
+    # Each is told apart: one changed element (in a gap a strided view can reach too) changes
+    # only its own fingerprint.
+    before = fingerprints(tensors)
+    tensors[1]._base.view(torch.int16)[0, 1] += 1     # a poison slot between two elements
+    after = fingerprints(tensors)
+    assert [a != b for a, b in zip(before, after)] == [False, True, False, False, False, False,
+                                                       False]
