@@ -471,10 +471,8 @@ def results_of(args, arch: str | None = None) -> Path:
     named by target, arch (the held child's, when given), commit and selection."""
     if args.results:
         return Path(args.results).resolve()
-    from harness import platform_info, table
-    root = Path(args.results_dir) if args.results_dir is not None else Path.cwd() / table.RESULTS_DIR
-    return table.results_path(args.target, arch or platform_info.arch(),
-                              platform_info.repo_commit(), root, selection_of(args))
+    from harness import table
+    return table.default_results_path(args.target, selection_of(args), args.results_dir, arch)
 
 
 def cmd_check(args) -> int:

@@ -60,16 +60,6 @@ def _new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
 
 
-def default_results_path(target: str = DEFAULT_TARGET, selection: str = "",
-                         root: str | os.PathLike | None = None) -> Path:
-    """Where a run's table goes: under ./results (or root), keyed by target, arch, commit
-    and, for a partial run, what it selected."""
-    from harness import platform_info
-    return table.results_path(target, platform_info.arch(), platform_info.repo_commit(),
-                              Path(root) if root is not None else Path.cwd() / table.RESULTS_DIR,
-                              selection)
-
-
 def selection_of(config) -> str:
     return table.selection_slug(*(config.getoption(o) for o in
                                   ("family", "route", "case_id", "cases_file", "profile")))
@@ -146,7 +136,7 @@ def pytest_configure(config):
         signal.signal(signal.SIGTERM, _sigterm)
     given = config.getoption("results")
     selection = selection_of(config)
-    run.results = Path(given) if given else default_results_path(config.getoption("target"),
+    run.results = Path(given) if given else table.default_results_path(config.getoption("target"),
                                                                  selection)
     run.default_results = not given and not selection
     if config.getoption("resume"):

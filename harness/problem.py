@@ -25,6 +25,8 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.isolation import case_work
+
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 # Keys build_problem interprets; every other key passes through for adapters.
@@ -40,14 +42,11 @@ DEFAULTS = {
 }
 REQUIRED = ("head_dim", "num_qo_heads", "qo_lens", "kv_lens")
 
-# Up to this many multiply-adds (sum of qo_len * kv_len over requests, times q heads times
-# head_dim + head_dim_vo) a device problem keeps a CPU copy of its q, k, v for the reference
-# (Problem.on_host): ~96% of the full profile's cases, each a few ms of fp64 on one core.
-HOST_REFERENCE_WORK = 1 << 22
-
-
-def reference_work(qo_lens, kv_lens, num_qo_heads: int, head_dim: int, head_dim_vo: int) -> int:
-    return sum(a * b for a, b in zip(qo_lens, kv_lens)) * num_qo_heads * (head_dim + head_dim_vo)
+# Up to this much work (q.k products times q heads times head_dim: isolation.case_work, the
+# measure of timeouts and case order too) a device problem keeps a CPU copy of its q, k, v for
+# the reference (Problem.on_host): ~96% of the full profile's cases, each a few ms of fp64 on
+# one core.
+HOST_REFERENCE_WORK = 1 << 21
 
 
 @dataclass
@@ -271,8 +270,7 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
     def draw(*shape: int) -> torch.Tensor:
         return torch.randn(shape, generator=gen, dtype=torch.float32)
 
-    keep_host = device.type != "cpu" and reference_work(
-        p["qo_lens"], p["kv_lens"], hq, d, dv) <= HOST_REFERENCE_WORK
+    keep_host = device.type != "cpu" and case_work(p) <= HOST_REFERENCE_WORK
     host = ([], [], [])
 
     def final(t: torch.Tensor, kept: list) -> torch.Tensor:

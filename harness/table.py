@@ -59,6 +59,16 @@ def results_path(target: str, arch: str, commit: str, root: str | os.PathLike = 
     return Path(root) / f"{target}-{arch}-{commit or 'unknown'}{tail}.jsonl"
 
 
+def default_results_path(target: str, selection: str = "", root: str | os.PathLike | None = None,
+                         arch: str | None = None) -> Path:
+    """Where a run's table goes: under ./results (or root), keyed by target, arch (this
+    machine's unless given: `harness check`'s parent takes its child's, to load no torch),
+    commit and, for a partial run, what it selected."""
+    from harness import platform_info
+    return results_path(target, arch or platform_info.arch(), platform_info.repo_commit(),
+                        Path(root) if root is not None else Path.cwd() / RESULTS_DIR, selection)
+
+
 def latest_path(target: str, arch: str, root: str | os.PathLike = RESULTS_DIR) -> Path:
     """<root>/<target>-<arch>.jsonl: a copy of the latest full run, for reports and CI."""
     return Path(root) / f"{target}-{arch}.jsonl"

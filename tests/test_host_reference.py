@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.problem import HOST_REFERENCE_WORK, build_problem, reference_work
+from harness.isolation import case_work
+from harness.problem import HOST_REFERENCE_WORK, build_problem
 from harness.reference import attention_baseline, attention_reference
 
 SMALL = {"head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2, "qo_lens": [3, 0, 17],
@@ -35,11 +36,10 @@ def test_a_cpu_problem_is_its_own_host_copy_and_keeps_no_other():
 
 def test_a_problem_past_the_threshold_keeps_no_copy():
     params = {"head_dim": 64, "num_qo_heads": 8, "qo_lens": [64], "kv_lens": [2048]}
-    work = reference_work(params["qo_lens"], params["kv_lens"], 8, 64, 64)
-    assert work > HOST_REFERENCE_WORK
+    assert case_work(params) > HOST_REFERENCE_WORK
     assert build_problem(params, 0, "meta").on_host() is None
-    small = dict(params, kv_lens=[HOST_REFERENCE_WORK // (64 * 8 * 128)])
-    assert reference_work(small["qo_lens"], small["kv_lens"], 8, 64, 64) <= HOST_REFERENCE_WORK
+    small = dict(params, kv_lens=[HOST_REFERENCE_WORK // (64 * 8 * 64)])
+    assert case_work(small) == HOST_REFERENCE_WORK
     assert build_problem(small, 0, "meta").on_host() is not None
 
 
@@ -49,10 +49,7 @@ def test_on_a_gpu_a_small_case_is_judged_on_the_cpu_and_a_wrong_answer_still_fai
     from harness.targets import load_target
     target = load_target("bundled")
     case = next(c for c in target.cases(["valid"]) if c.expect == "match"
-                and reference_work(c.params["qo_lens"], c.params["kv_lens"],
-                                   c.params["num_qo_heads"], c.params["head_dim"],
-                                   c.params.get("head_dim_vo") or c.params["head_dim"])
-                <= HOST_REFERENCE_WORK)
+                and case_work(c.params) <= HOST_REFERENCE_WORK)
     assert execute_case(case, target, "cuda").outcome == "match"
     run = target.run
 
