@@ -100,13 +100,15 @@ def row_writer(target, results: Path):
     return write
 
 
-def run_loop(families=None, cases_file: str | None = None) -> dict:
+def run_loop(families=None, cases_file: str | None = None, case_id: str | None = None,
+             per_case=None) -> dict:
+    """The loop's totals; per_case(case, seconds, stage seconds) after each case when given."""
     from harness import isolation
     from harness.execute import execute_case
     from harness.plugin import select_cases
     from harness.targets import load_target
 
-    cases = select_cases("bundled", families, cases_file=cases_file)
+    cases = select_cases("bundled", families, case_id=case_id, cases_file=cases_file)
     target = load_target("bundled")
     clock = StageClock()
     instrument(clock, target)
@@ -119,9 +121,14 @@ def run_loop(families=None, cases_file: str | None = None) -> dict:
         write_crumbs = breadcrumbs(crumbs_dir)
         for case in cases:
             stages: list[str] = []
+            before = dict(clock.seconds)
             start = time.perf_counter()
             result = execute_case(case, target, on_stage=stages.append)
-            loop_s += time.perf_counter() - start
+            took = time.perf_counter() - start
+            loop_s += took
+            if per_case:
+                per_case(case, took, {k: v - before.get(k, 0.0) for k, v in clock.seconds.items()
+                                      if v - before.get(k, 0.0) > 0})
             outcomes[result.outcome] += 1
             for name, write, arg in (("breadcrumbs", write_crumbs, stages),
                                      ("row write", write_row, result)):
@@ -139,9 +146,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", default=None, help="families, comma-separated [all]")
     ap.add_argument("--cases-file", default=None, help="a JSON list of cases instead of families")
+    ap.add_argument("--case-id", default=None, help="only ids containing this substring")
+    ap.add_argument("--per-case", action="store_true",
+                    help="also one line per case on stderr: its seconds, stage by stage")
     args = ap.parse_args(argv)
     families = [f for f in (args.family or "").split(",") if f] or None
-    print(json.dumps(run_loop(families, args.cases_file)))
+
+    def show(case, seconds, stages):
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in stages.items())
+        print(f"{seconds:8.3f} s  {case.id}: {parts}", file=sys.stderr, flush=True)
+    print(json.dumps(run_loop(families, args.cases_file, args.case_id,
+                              show if args.per_case else None)))
     return 0
 
 

@@ -1,6 +1,6 @@
 """Where the engine spends its fixed per-case time: cProfile in every pytest process of a run.
 
-    python -m benchmarks.engine_profile [--family F,G] [--sample N] [-n 1] [--top 25]
+    python -m benchmarks.engine_profile [--family F,G] [--sample N] [-n 1] [--top 25] [CHECK OPTIONS]
 
 Runs `python -m harness check -n N ... -- -p benchmarks.engine_profile`; as a pytest plugin
 this module profiles each process it is loaded in (the controller and every xdist worker)
@@ -77,14 +77,15 @@ def main(argv=None) -> int:
     ap.add_argument("-n", default="1", help="xdist workers [1]")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--keep", default=None, help="directory to keep the .prof files in")
-    args = ap.parse_args(argv)
+    # Anything else goes to `harness check` as it is (--profile ci, --repeat 1, --case-id X).
+    args, check_options = ap.parse_known_args(argv)
     out = Path(args.keep or tempfile.mkdtemp(prefix="bench-prof-"))
     out.mkdir(parents=True, exist_ok=True)
     cases = selection_from(args)
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         run = timed([sys.executable, "-m", "harness", "check", "--target", "bundled",
                      "-n", args.n, "--results", str(Path(tmp) / "rows.jsonl"),
-                     *cases.args, "--", "-p", "benchmarks.engine_profile"],
+                     *cases.args, *check_options, "--", "-p", "benchmarks.engine_profile"],
                     env=child_env(**{ENV_DIR: str(out)}))
     print(f"check -n {args.n} ({cases.label}): {run.wall_s:.1f} s, exit {run.proc.returncode}")
     for prof in sorted(out.glob("*.prof")):

@@ -8,7 +8,9 @@
 #   bash benchmarks/gpu_bundled.sh [STEP ...]
 # Steps (default: all, in this order; each is skipped once DEADLINE_S is near):
 #   build tests throughput full graphs offset sanitizer bench
-# Knobs: WORKERS (16), DEADLINE_S (560), OUT (./gpu_out), MPS (0: throughput without MPS only),
+# and, only when named: profile (cProfile of every process of a 16-worker valid run) and heavy
+# (the full profile's long_kv_full cases in one process, stage by stage).
+# Knobs: WORKERS (16), THRU_WORKERS (1 4 8 16), DEADLINE_S (560), OUT (./gpu_out), MPS (0: throughput without MPS only),
 # BENCH_ONLY (bench sections, comma-separated; all).
 # Writes log.txt, the tables and reports to $OUT.
 set -uo pipefail
@@ -75,13 +77,13 @@ step_sanitizer() {
 }
 # timeline RESULTS START: when each worker's rows came (benchmarks/timeline.py), into the log.
 timeline() { python3 -m benchmarks.timeline "$1" --start "$2" >>"$LOG" 2>&1; }
-# The ci profile's valid family (577 cases), --repeat 1, at 1, 4 and 16 workers without MPS,
+# The ci profile's valid family (577 cases), --repeat 1, at THRU_WORKERS without MPS,
 # each with its timeline; with MPS=1 also at 16, 8, 4, 1 with it (MPS then stays on for the
 # steps after).
 THRU="--profile ci --family valid --repeat 1"
 step_throughput() {
   local t0
-  for n in 1 4 16; do
+  for n in ${THRU_WORKERS:-1 4 8 16}; do
     t0=$(date +%s.%N)
     timed 40 $CHECK $THRU -n "$n" --results "$RES/valid-n$n.jsonl" && timeline "$RES/valid-n$n.jsonl" "$t0"
   done
@@ -103,6 +105,13 @@ step_graphs() {   # the captured graph's merge past the smaller batch, with its 
 step_offset() {   # the past-2^31 cases alone: the row's duration is the build and the run
   timed 30 $CHECK --profile full --family scale --case-id offset_past_2_31 -n 4 --repeat 1 \
       --results "$OUT/offset.jsonl"
+}
+step_profile() {   # where 16 workers' time goes: cProfile per process
+  timed 40 python3 -m benchmarks.engine_profile -n "$WORKERS" --family valid --top 30 \
+      --profile ci --repeat 1
+}
+step_heavy() {   # each long_kv_full case's stages, one process, streamed as they finish
+  timed 60 python3 -m benchmarks.bare_loop --family scale --case-id long_kv_full --per-case
 }
 step_bench() {   # BENCH_ONLY: the sections (all)
   timed 120 python3 -m benchmarks.bench --quick --out "$OUT/bench" ${BENCH_ONLY:+--only $BENCH_ONLY}
