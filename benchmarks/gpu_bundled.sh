@@ -63,7 +63,8 @@ step_build() {
   timed 20 python3 -m kernels.build
 }
 step_tests() {
-  timed 60 python3 -m pytest tests/test_kernels_gpu.py tests/test_graph_capture.py -q -p no:cacheprovider
+  timed 60 python3 -m pytest tests/test_kernels_gpu.py tests/test_graph_capture.py \
+      tests/test_host_reference.py tests/test_builders.py -q -p no:cacheprovider
 }
 step_sanitizer() {
   mps_off   # compute-sanitizer does not run under MPS

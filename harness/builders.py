@@ -113,16 +113,17 @@ def _digest(t: torch.Tensor, raw: bytes) -> str:
 
 
 def fingerprints(tensors: list[torch.Tensor]) -> list[str]:
-    """fingerprint() of each, from one read back of all their spans (on a GPU, one
-    synchronizing copy instead of one per tensor)."""
-    if not tensors:
-        return []
+    """fingerprint() of each, from one read back per device of all their spans (on a GPU,
+    one synchronizing copy instead of one per tensor; a plan's CPU tensors are read apart)."""
     spans = [_span_bits(t).reshape(-1).view(torch.uint8) for t in tensors]
-    raw = torch.cat(spans).cpu().numpy().tobytes()
-    out, at = [], 0
-    for t, span in zip(tensors, spans):
-        out.append(_digest(t, raw[at:at + span.numel()]))
-        at += span.numel()
+    out: list[str | None] = [None] * len(tensors)
+    for device in {t.device for t in tensors}:
+        mine = [i for i, t in enumerate(tensors) if t.device == device]
+        raw = torch.cat([spans[i] for i in mine]).cpu().numpy().tobytes()
+        at = 0
+        for i in mine:
+            out[i] = _digest(tensors[i], raw[at:at + spans[i].numel()])
+            at += spans[i].numel()
     return out
 
 

@@ -149,13 +149,22 @@ def _harness_error_row(run: Run, report, phase: str, what: str) -> None:
                                 **_any_context(run))
     else:
         # A bug in the harness or an adapter: never counted as the library's crash.
-        verdict = harness_error_verdict(f"{what}: " + _longrepr(report)[-500:])
+        verdict = harness_error_verdict(f"{what}: " + _error_text(report))
         row = rows.from_verdict(case, verdict, error_type=phase, **_any_context(run))
     _finish_row(run, report, row)
 
 
 def _longrepr(report) -> str:
     return str(report.longrepr) if report.longrepr is not None else ""
+
+
+def _error_text(report) -> str:
+    """The exception and where it was raised, first: a traceback's tail can be all source
+    lines, which a report's one-line message would show instead of the error."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is None:
+        return _longrepr(report)[-500:]
+    return f"{crash.message[:400]} (at {Path(crash.path).name}:{crash.lineno})"
 
 
 def _reruns(run: Run, report) -> int:

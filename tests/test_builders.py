@@ -163,3 +163,11 @@ def test_one_read_back_fingerprints_each_tensor_as_alone():
     after = fingerprints(tensors)
     assert [a != b for a, b in zip(before, after)] == [False, True, False, False, False, False,
                                                        False]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_fingerprints_of_cpu_and_gpu_tensors_together():
+    # A batch route watches its plan's CPU index tensors beside the device inputs.
+    tensors = [torch.randn(5, 3, device="cuda"), torch.arange(7, dtype=torch.int32),
+               every_other(torch.arange(10, dtype=torch.int32, device="cuda")), torch.randn(2)]
+    assert fingerprints(tensors) == [fingerprint(t) for t in tensors]

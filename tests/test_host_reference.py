@@ -62,3 +62,24 @@ def test_on_a_gpu_a_small_case_is_judged_on_the_cpu_and_a_wrong_answer_still_fai
         assert execute_case(case, target, "cuda").outcome == "wrong"
     finally:
         target.run = run
+
+
+def _first_valid_case_of_each_route():
+    from harness.targets import load_target
+    firsts = {}
+    for case in load_target("bundled").cases(["valid"], "ci"):
+        if case.expect == "match":
+            firsts.setdefault(case.route, case)
+    return list(firsts.values())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("case", _first_valid_case_of_each_route() if torch.cuda.is_available()
+                         else [], ids=lambda c: c.route)
+def test_on_a_gpu_every_route_runs_its_first_valid_case_to_a_match(case):
+    # Every route's whole GPU path (its plan's CPU tensors watched beside device ones, the
+    # canaries, the reference on either side): a harness error on one route shows here.
+    from harness.execute import execute_case
+    from harness.targets import load_target
+    result = execute_case(case, load_target("bundled"), "cuda")
+    assert result.outcome == "match", (result.outcome, result.message)

@@ -99,7 +99,8 @@ def test_a_case_that_raises_in_the_harness_still_gets_a_failing_row(without_xdis
     bad = by_id[ids[2]]
     assert bad["outcome"] == "harness_error" and not bad["pass"] and bad["error_type"] == "call"
     assert bad["severity"] == "harness"
-    assert "harness error in the case" in bad["message"] and "dtype" in bad["message"]
+    assert bad["message"].startswith("harness error in the case: ValueError: ") and "dtype" in bad["message"]
+    assert "(at problem.py:" in bad["message"]   # the error and where, not traceback source
     assert bad["target"] == "faults" and bad["arch"] and bad["run_id"] == by_id[ids[0]]["run_id"]
 
 
