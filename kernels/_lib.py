@@ -23,6 +23,7 @@ class AttnParams(C.Structure):
         ("num_qo_heads", _i32), ("num_kv_heads", _i32), ("head_dim_qk", _i32), ("head_dim_vo", _i32),
         ("page_size", _i32), ("causal", _i32), ("window_left", _i32), ("sm_scale", C.c_float),
         ("q_dtype", _i32), ("kv_dtype", _i32), ("o_dtype", _i32), ("split", _i32),
+        ("max_qo_len", _i32),
     ]
 
 

@@ -160,7 +160,7 @@ class Planned:
         slot_cap = ws_bytes // (4 * max(num_qo_heads * (head_dim_vo + 1), 1))
         return dict(
             num_work=W if self._use_cuda_graph else int(info[0]), split=bool(info[1]), chunk=int(info[4]),
-            live_rows=int(info[5]), total_num_rows=R,
+            live_rows=int(info[5]), total_num_rows=R, max_qo_len=max([0, *qo]),
             ptrs=dict(work_req=base, work_kv_lo=base + 4 * W, work_kv_hi=base + 8 * W,
                       work_slot=base + 12 * W, work_nchunks=base + 16 * W, merge_indptr=base + 20 * W,
                       live=(base + 4 * (5 * W + R + 1)) if self._use_cuda_graph else None),
@@ -173,6 +173,7 @@ class Planned:
         f = dict(qo_indptr=qo_indptr.data_ptr(), kv_indptr=kv_indptr.data_ptr(),
                  kv_indices=kv_indices.data_ptr() if kv_indices is not None else None,
                  kv_lens=kv_lens.data_ptr(), num_work=sched["num_work"], num_rows=sched["total_num_rows"],
-                 split=int(sched["split"]), partial_o=sched["partial_o"], partial_lse=sched["partial_lse"])
+                 split=int(sched["split"]), partial_o=sched["partial_o"], partial_lse=sched["partial_lse"],
+                 max_qo_len=sched["max_qo_len"])
         f.update(sched["ptrs"])
         return f

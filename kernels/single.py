@@ -83,7 +83,7 @@ def _single(where, q, k, v, *, causal, kv_layout, window_left, sm_scale, return_
     p = params(q=q, k=k, v=v, kd=kd, vd=vd, o=out, lse=lse, num_qo_heads=hq, num_kv_heads=kd["heads"],
                head_dim_qk=dqk, head_dim_vo=dvo, causal=causal, window_left=window_left, sm_scale=sm_scale,
                q_dtype=qt, kv_dtype=kt, o_dtype=out.dtype,
-               num_work=1, qo_len=qs[0], kv_len=kd["len"], q_stride=qst)
+               num_work=1, qo_len=qs[0], kv_len=kd["len"], q_stride=qst, max_qo_len=qs[0])
     launch(entry, p, q)
     return (out, lse) if return_lse else out
 

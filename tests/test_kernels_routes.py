@@ -123,6 +123,26 @@ def test_single_prefill_matches_reference(c):
     close_lse(lse, rl)
 
 
+@pytest.mark.parametrize("tiles_given", [None, 65], ids=["as_planned", "fewer_than_the_rows"])
+def test_prefill_row_tiles_cover_every_row(monkeypatch, tiles_given):
+    # 300 query rows are 5 row tiles of 64. Given fewer (a graph captured for shorter
+    # requests), the tiles' threads stride over the rest: every row is still written.
+    import kernels.single as single
+    if tiles_given is not None:
+        real = single.launch
+
+        def fewer(entry, p, like):
+            p.max_qo_len = tiles_given
+            real(entry, p, like)
+        monkeypatch.setattr(single, "launch", fewer)
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = rand(300, 4, 32, gen=gen), rand(310, 2, 32, gen=gen), rand(310, 2, 32, gen=gen)
+    o, lse = kernels.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
+    ro, rl = ref_attention(q, k, v, True)
+    close(o, ro, torch.float16)
+    close_lse(lse, rl)
+
+
 @pytest.mark.parametrize("tc", [False, True], ids=["fa2", "tensor_cores"])
 def test_single_decode_copies_strided_q(tc):
     gen = torch.Generator().manual_seed(2)

@@ -110,7 +110,8 @@ __device__ inline void write_row(const AttnParams& p, const WorkItem& it, int i,
   }
 }
 
-// grid (work items, Hq), threads stride over the query rows of the item's request.
+// grid (work items, Hq, row tiles); the threads of the item's row-tile blocks stride over the
+// request's query rows together, so every row is covered whatever the number of tiles.
 template <int KDT>
 __global__ void prefill_kernel(AttnParams p, int fault) {
   WorkItem it;
@@ -121,7 +122,8 @@ __global__ void prefill_kernel(AttnParams p, int fault) {
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int kvh = h / group;
   float acc[KERNELS_MAX_HEAD_DIM];
-  for (int i = (int)threadIdx.x; i < it.qo_len; i += (int)blockDim.x) {
+  const int first = (int)(blockIdx.z * blockDim.x + threadIdx.x), step = (int)(gridDim.z * blockDim.x);
+  for (int i = first; i < it.qo_len; i += step) {
     float m, l;
     attend_row<KDT>(p, it, i, h, kvh, true, fault, acc, m, l);
     write_row(p, it, i, h, fault, acc, m, l);

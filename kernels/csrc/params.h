@@ -40,4 +40,8 @@ typedef struct {
   float sm_scale;
   int32_t q_dtype, kv_dtype, o_dtype;
   int32_t split;  // work items write partial slots, then the merge writes o/lse
+  // The longest request's query rows (0: unknown). Only the prefill grid's size: its blocks
+  // split each item's rows into tiles, and rows past the tiles are still strided over, so a
+  // smaller value (a captured graph replayed with longer requests) costs speed, never rows.
+  int32_t max_qo_len;
 } AttnParams;
