@@ -8,8 +8,9 @@
 #   bash benchmarks/gpu_bundled.sh [STEP ...]
 # Steps (default: all, in this order; each is skipped once DEADLINE_S is near):
 #   build tests throughput full graphs offset sanitizer bench
-# and, only when named: profile (cProfile of every process of a 16-worker valid run) and heavy
-# (the full profile's long_kv_full cases in one process, stage by stage).
+# and, only when named: profile (cProfile of every process of a 16-worker valid run), heavy
+# (the full profile's long_kv_full cases in one process, stage by stage) and chain (when each
+# process of a check reaches each start-up step, at 4 and 16 workers).
 # Knobs: WORKERS (16), THRU_WORKERS (1 4 8 16), DEADLINE_S (560), OUT (./gpu_out), MPS (0: throughput without MPS only),
 # BENCH_ONLY (bench sections, comma-separated; all).
 # Writes log.txt, the tables and reports to $OUT.
@@ -113,6 +114,11 @@ step_profile() {   # where 16 workers' time goes: cProfile per process
 }
 step_heavy() {   # each long_kv_full case's stages, one process, streamed as they finish
   timed 60 python3 -m benchmarks.bare_loop --family scale --case-id long_kv_full --per-case
+}
+step_chain() {   # the start-up chain of a real check: parent, controller, workers
+  for n in 4 16; do
+    timed 30 python3 -m benchmarks.startup_chain -n "$n" --family valid --profile ci --repeat 1
+  done
 }
 step_bench() {   # BENCH_ONLY: the sections (all)
   timed 120 python3 -m benchmarks.bench --quick --out "$OUT/bench" ${BENCH_ONLY:+--only $BENCH_ONLY}

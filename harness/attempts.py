@@ -9,9 +9,10 @@ whose outcomes differ, or whose answers differ in a single bit, make the row
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def attempt_record(outcome: str, passed: bool, max_abs_diff=None) -> dict:
@@ -34,12 +35,14 @@ def disagreement(records: Sequence[dict]) -> str | None:
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
+    import torch
     t = t.contiguous()
     return t.view(torch.uint8) if t.dtype.itemsize else t
 
 
 def answers_differ(a: dict, b: dict) -> str | None:
     """How two attempts' returned tensors differ bitwise; None when identical."""
+    import torch   # here: the controller combines rows only, and never loads torch for it
     for name in sorted(set(a) | set(b)):
         x, y = a.get(name), b.get(name)
         if x is None or y is None:

@@ -22,6 +22,8 @@ GO_FD_ENV = "HARNESS_GO_FD"
 REPORT_FD_ENV = "HARNESS_REPORT_FD"
 # The exit status of a child whose run was called off (its parent has said why).
 EXIT_CALLED_OFF = 2
+# How long a called-off child that has reported gets to end its workers before it is killed.
+CALL_OFF_WAIT_S = 5.0
 
 
 class HeldChild:
@@ -32,6 +34,7 @@ class HeldChild:
         # quiet: pytest's console goes to a log file (shown only when pytest itself fails).
         self.log = tempfile.NamedTemporaryFile(prefix="harness-check-", suffix=".log",
                                                delete=False) if quiet else None
+        self._reported = False
         go_read, self._go = os.pipe()
         self._report, report_write = os.pipe()
         env = dict(env, **{GO_FD_ENV: str(go_read), REPORT_FD_ENV: str(report_write)})
@@ -47,6 +50,7 @@ class HeldChild:
         """The child's report; None when it ended (or closed the pipe) without one."""
         with os.fdopen(self._report, "rb") as pipe:
             raw = pipe.read()
+        self._reported = bool(raw)
         try:
             report = json.loads(raw) if raw else None
         except ValueError:
@@ -59,10 +63,14 @@ class HeldChild:
 
     def call_off(self) -> None:
         os.close(self._go)
-        # It has written nothing (it writes only once released): no need to wait for its
-        # start-up to end only to read the closed pipe.
-        self.proc.kill()
-        self.proc.wait()
+        # It has written nothing (it writes only once released). Once it has reported it
+        # reads the closed pipe at once, ends the xdist workers it may have started and
+        # exits; one that has not reported yet is still starting up, and is killed.
+        try:
+            self.proc.wait(timeout=CALL_OFF_WAIT_S if self._reported else 0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         if self.log is not None:
             self.log.close()
             os.unlink(self.log.name)

@@ -111,20 +111,48 @@ def pytest_configure(config):
         _pin_device(run.worker)
         return
     run = Run(config, False)
+    config.stash[RUN] = run
+    if _workers_start_first(config):
+        # Under `harness check`, with xdist workers and nothing to resume: the workers start
+        # (each importing torch, seconds on a GPU box) while this process works out the run
+        # and its parent decides. Nothing is written before the go either way.
+        _prepare_workers(config, run, validated=False)
+        config.pluginmanager.register(_SettleBeforeCollection(run), "harness-settle")
+        return
+    _hold(config)
+    if config.getoption("collectonly"):
+        return
+    _prepare_workers(config, run, validated=True)
+    _settle(config, run)
+
+
+def _workers_start_first(config) -> bool:
+    return (held_start.is_held() and not config.getoption("resume")
+            and not config.getoption("collectonly")
+            and config.pluginmanager.hasplugin("xdist")
+            and config.getoption("dist", "no") != "no")
+
+
+def _hold(config) -> None:
+    """A held child reports the run and waits for the go (harness/held_start.py)."""
+    run = config.stash[RUN]
     if held_start.is_held():
         held_start.send_report(run_report(config, run))
     results = held_start.wait_for_go()   # before anything is written
     if results is not None:
         config.option.results = results
-    config.stash[RUN] = run
-    if config.getoption("collectonly"):
-        return
-    # Before xdist spawns workers: they inherit the environment.
-    _disable_guards_env(config.getoption("disable_guards"), config.getoption("target"))
+
+
+def _prepare_workers(config, run: Run, validated: bool) -> None:
+    """What xdist's workers inherit or are sent when they are spawned."""
+    if validated:
+        _disable_guards_env(config.getoption("disable_guards"), config.getoption("target"))
+    elif config.getoption("disable_guards"):
+        # Checked in the report (run_report): a bad name calls the run off before the go.
+        os.environ["KERNELS_DISABLE_GUARDS"] = config.getoption("disable_guards")
     if config.pluginmanager.hasplugin("xdist") and config.getoption("maxworkerrestart", None) is None:
         # Every crash costs a worker; xdist's default (4 per worker) would end the run.
         config.option.maxworkerrestart = "1000000"
-    _one_case_at_a_time(config, _selected(run))
     workers = getattr(config.option, "numprocesses", None)
     if isinstance(workers, int) and workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         # Host kernels and the CPU reference each use every core by default;
@@ -134,6 +162,18 @@ def pytest_configure(config):
         # SIGTERM ends the run like Ctrl-C: finished rows are on disk already,
         # and sessionfinish still records what is pending.
         signal.signal(signal.SIGTERM, _sigterm)
+    if config.getoption("resume"):
+        return   # the run id and the done cases come from the table: _settle
+    run.run_id = config.getoption("run_id") or _new_run_id()
+    run.state_dir = isolation.state_tempdir()
+    if config.pluginmanager.hasplugin("xdist"):
+        from harness.controller import XdistHooks
+        config.pluginmanager.register(XdistHooks(run), "harness-xdist")
+
+
+def _settle(config, run: Run) -> None:
+    """The rest, once released: the scheduling, the table, the controller's hooks."""
+    _one_case_at_a_time(config, _selected(run))
     given = config.getoption("results")
     selection = selection_of(config)
     run.results = Path(given) if given else table.default_results_path(config.getoption("target"),
@@ -142,16 +182,39 @@ def pytest_configure(config):
     if config.getoption("resume"):
         run.done_ids = frozenset(table.done_case_ids(run.results))
         run.run_id = config.getoption("run_id") or table.last_run_id(run.results) or _new_run_id()
-    else:
-        run.run_id = config.getoption("run_id") or _new_run_id()
-        if run.results.exists():
-            run.results.unlink()
-    run.state_dir = isolation.state_tempdir()
-    from harness.controller import Controller, ReplayQueue, XdistHooks
+        run.state_dir = isolation.state_tempdir()
+        if config.pluginmanager.hasplugin("xdist"):
+            from harness.controller import XdistHooks
+            config.pluginmanager.register(XdistHooks(run), "harness-xdist")
+    elif run.results.exists():
+        run.results.unlink()
+    from harness.controller import Controller, ReplayQueue
     run.replays = ReplayQueue(run)
     config.pluginmanager.register(Controller(run), "harness-controller")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(XdistHooks(run), "harness-xdist")
+
+
+class _SettleBeforeCollection:
+    """Early workers' controller: the report, the go and the rest come after xdist has
+    spawned the workers (its sessionstart) and before the run's loop (collection)."""
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session):
+        config = session.config
+        try:
+            _hold(config)
+        except SystemExit:
+            # Called off: the workers (still starting) go with this process, at once.
+            dsession = config.pluginmanager.getplugin("dsession")
+            manager = getattr(dsession, "nodemanager", None)
+            if manager is not None:
+                manager.group.terminate(0.5)
+            import shutil
+            shutil.rmtree(self.run.state_dir, ignore_errors=True)
+            fast_exit.exit_now(held_start.EXIT_CALLED_OFF)
+        _settle(config, self.run)
 
 
 # ------------------------------------------------------------------ exit

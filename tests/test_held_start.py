@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.held_start import EXIT_CALLED_OFF, HeldChild
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,3 +104,41 @@ def test_the_check_parent_never_imports_torch_or_a_target(tmp_path):
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [r["outcome"] for r in rows] == ["match"]
     assert "1 cases, 0 failing" in done.stdout
+
+
+def test_the_controller_plugin_loads_without_torch():
+    # Under `harness check -n N` the workers are spawned before the controller works out the
+    # run; that only overlaps their torch import with its own if its plugin loads without it.
+    import subprocess
+    script = ("import sys\n"
+              "sys.modules['torch'] = None   # importing it now raises ImportError\n"
+              "import harness.plugin, harness.controller\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _processes_marked(mark: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_a_called_off_run_with_workers_leaves_no_process_behind(tmp_path):
+    import subprocess
+    import uuid
+    mark = f"HELD_TEST_MARK={uuid.uuid4().hex}"
+    key, value = mark.split("=")
+    done = subprocess.run([sys.executable, "-m", "harness", "check", "-n", "2", "--family",
+                           "no_such_family", "--results", str(tmp_path / "r.jsonl")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), **{key: value}))
+    assert done.returncode == 2 and "no_such_family" in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "r.jsonl").exists()
+    assert _processes_marked(mark) == []
