@@ -136,6 +136,8 @@ for p in sorted(pathlib.Path(sys.argv[1]).glob("*.jsonl")):
     print(f"{p.name}: {len(rows)} rows, {len(bad)} failing")
     for r in bad[:10]:
         print("  ", r["outcome"], r["case_id"], r["message"][:200])
+    slow = sorted(rows, key=lambda r: -(r.get("duration_s") or 0))[:8]
+    print("   slowest:", ", ".join(f"{r['case_id']} {r.get('duration_s') or 0:.1f} s" for r in slow))
 EOF
 cp "$RES"/full.jsonl "$OUT"/ 2>/dev/null
 say "done"

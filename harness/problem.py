@@ -2,10 +2,18 @@
 
 A Problem is what the reference computes from and what adapters lay out for
 a library (paged, strided, padded...). It is rebuilt bit-for-bit from
-(params, seed): every value is drawn on the CPU from one torch.Generator in
-float32, in a fixed order (q, k, v of request 0, then request 1, ...), then
-cast to the case's dtype and only then moved to the device, so the device
-never influences the numbers.
+(params, seed), and the device never influences the numbers: a case rebuilt
+on a CPU-only machine gets the same input bits as on a GPU. Two paths:
+
+- up to DEVICE_DRAW_ELEMENTS q+k+v elements (all requests), every value is
+  drawn on the CPU from one torch.Generator (torch.randn, float32) in a fixed
+  order (q, k, v of request 0, then request 1, ...), reshaped by VALUES, cast
+  to the case's dtype and only then moved to the device;
+- above it, filling on the CPU and copying would cost seconds a case, so each
+  request's q, k, v are drawn on the device itself by draws.normal_draws
+  (exact integer hashing: the same bits on every device; stream 3 * r + 0, 1,
+  2 for request r's q, k, v), reshaped by VALUES and cast there. Those draws
+  are N(0, 1)-like (mean 0, std 1) but bounded at about +-3.46.
 
 Scale: q, k and v are N(0, 1). With the default sm_scale = 1/sqrt(head_dim)
 a logit q.k * sm_scale is then N(0, 1) whatever head_dim is: the softmax is
@@ -25,6 +33,7 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.draws import normal_draws
 from harness.isolation import case_work
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -47,6 +56,11 @@ REQUIRED = ("head_dim", "num_qo_heads", "qo_lens", "kv_lens")
 # the reference (Problem.on_host): ~96% of the full profile's cases, each a few ms of fp64 on
 # one core.
 HOST_REFERENCE_WORK = 1 << 21
+
+# Above this many q+k+v elements (all requests together) the values are drawn on the
+# problem's device (draws.normal_draws) instead of by torch.randn on the CPU: 16 MiB of
+# float32, a few ms to fill and copy; the largest cases (~2^28 elements) cost seconds.
+DEVICE_DRAW_ELEMENTS = 1 << 22
 
 
 @dataclass
@@ -257,6 +271,16 @@ def _indptr(lens: list[int]) -> torch.Tensor:
     return out
 
 
+def _moved(parts: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """The requests' tensors on the device, in one copy for all of them (a batch of 260
+    requests would otherwise be 260 synchronizing copies a tensor kind): each request's
+    tensor is then a view of its rows of one device tensor, the same bits."""
+    if not parts or all(t.device == device for t in parts):
+        return parts
+    whole = torch.cat([t.reshape(-1) for t in parts]).to(device)
+    return [chunk.view(t.shape) for chunk, t in zip(whole.split([t.numel() for t in parts]), parts)]
+
+
 def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | str = "cpu") -> Problem:
     p = normalize(params)
     dtype = DTYPES[p["dtype"]]
@@ -267,25 +291,23 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
     scale = p["sm_scale"]
     sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
 
-    def draw(*shape: int) -> torch.Tensor:
+    elements = sum(lq * hq * d + lk * hkv * (d + dv) for lq, lk in zip(p["qo_lens"], p["kv_lens"]))
+    on_device = elements > DEVICE_DRAW_ELEMENTS
+
+    def draw(r: int, i: int, *shape: int) -> torch.Tensor:
+        if on_device:     # request r's q, k, v are streams 3r, 3r + 1, 3r + 2 of the seed
+            return normal_draws(int(seed), 3 * r + i, math.prod(shape), device).view(shape)
         return torch.randn(shape, generator=gen, dtype=torch.float32)
 
     keep_host = device.type != "cpu" and case_work(p) <= HOST_REFERENCE_WORK
-    host = ([], [], [])
-
-    def final(t: torch.Tensor, kept: list) -> torch.Tensor:
-        t = t.to(dtype)
-        if keep_host:
-            kept.append(t)
-        return t.to(device)
-
-    q, k, v = [], [], []
+    drawn = ([], [], [])      # q, k, v of each request, cast, where they were drawn
     for r, (lq, lk) in enumerate(zip(p["qo_lens"], p["kv_lens"])):
-        qr, kr, vr = draw(lq, hq, d), draw(lk, hkv, d), draw(lk, hkv, dv)
+        qr, kr, vr = draw(r, 0, lq, hq, d), draw(r, 1, lk, hkv, d), draw(r, 2, lk, hkv, dv)
         VALUES[p["values"]](qr, kr, vr, r=r, dtype=p["dtype"], sm_scale=sm_scale)
-        q.append(final(qr, host[0]))
-        k.append(final(kr, host[1]))
-        v.append(final(vr, host[2]))
+        for parts, t in zip(drawn, (qr, kr, vr)):
+            parts.append(t.to(dtype))
+    host = tuple([t.cpu() for t in parts] for parts in drawn) if keep_host else None
+    q, k, v = (_moved(parts, device) for parts in drawn)
     return Problem(
         params=p, dtype=dtype, dtype_name=p["dtype"], device=device, q=q, k=k, v=v,
         qo_lens=list(p["qo_lens"]), kv_lens=list(p["kv_lens"]),
@@ -293,5 +315,5 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
         num_qo_heads=hq, num_kv_heads=hkv, head_dim=d, head_dim_vo=dv,
         causal=p["causal"], window_left=p["window_left"],
         sm_scale=sm_scale, return_lse=p["return_lse"], seed=int(seed),
-        host_qkv=host if keep_host else None,
+        host_qkv=host,
     )
