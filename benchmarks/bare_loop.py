@@ -142,6 +142,20 @@ def run_loop(families=None, cases_file: str | None = None, case_id: str | None =
             "stages": {s: clock.seconds.get(s, 0.0) for s in STAGES}}
 
 
+def _memory_note(case) -> str:
+    """On a GPU: the case's peak device memory against harness.device_memory's estimate
+    (the peak counter is reset for the next case)."""
+    import torch
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return ""
+    from harness import device_memory
+    peak = torch.cuda.max_memory_reserved()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return (f"; device memory peak {peak / 2**30:.2f} GiB, estimated "
+            f"{device_memory.estimate_bytes(case.params) / 2**30:.2f} GiB")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", default=None, help="families, comma-separated [all]")
@@ -154,7 +168,8 @@ def main(argv=None) -> int:
 
     def show(case, seconds, stages):
         parts = ", ".join(f"{k} {v:.3f}" for k, v in stages.items())
-        print(f"{seconds:8.3f} s  {case.id}: {parts}", file=sys.stderr, flush=True)
+        print(f"{seconds:8.3f} s  {case.id}: {parts}{_memory_note(case)}", file=sys.stderr,
+              flush=True)
     print(json.dumps(run_loop(families, args.cases_file, args.case_id,
                               show if args.per_case else None)))
     return 0

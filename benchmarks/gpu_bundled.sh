@@ -8,7 +8,7 @@
 #   bash benchmarks/gpu_bundled.sh [STEP ...]
 # Steps (default: all, in this order; each is skipped once DEADLINE_S is near):
 #   build tests throughput full graphs offset sanitizer bench
-# and, only when named: profile (cProfile of every process of a 16-worker valid run), heavy
+# and, only when named: profiles (the ci profile at 1-16 workers, the full at 4 and 8), profile (cProfile of every process of a 16-worker valid run), heavy
 # (the full profile's long_kv_full cases in one process, stage by stage) and chain (when each
 # process of a check reaches each start-up step, at 4 and 16 workers).
 # Knobs: WORKERS (16), THRU_WORKERS (1 4 8 16), DEADLINE_S (560), OUT (./gpu_out), MPS (0: throughput without MPS only),
@@ -64,7 +64,7 @@ step_build() {
   timed 20 python3 -m kernels.build
 }
 step_tests() {
-  timed 60 python3 -m pytest tests/test_kernels_gpu.py tests/test_graph_capture.py \
+  timed 60 python3 -m pytest tests/test_draws.py tests/test_kernels_gpu.py tests/test_graph_capture.py \
       tests/test_host_reference.py tests/test_builders.py -q -p no:cacheprovider
 }
 step_sanitizer() {
@@ -92,6 +92,14 @@ step_throughput() {
   [ "${MPS:-0}" = 1 ] && mps_on || return 0
   for n in 16 8 4 1; do timed 40 $CHECK $THRU -n "$n" --results "$RES/valid-mps-n$n.jsonl"; done
 }
+step_profiles() {   # whole-run throughput: the ci profile at 1, 4, 8, 16 workers, the full at 4, 8
+  local t0
+  for spec in "ci 1" "ci 4" "ci 8" "ci 16" "full 4" "full 8"; do
+    set -- $spec
+    t0=$(date +%s.%N)
+    timed 40 $CHECK --profile "$1" -n "$2" --results "$RES/$1-n$2.jsonl" && timeline "$RES/$1-n$2.jsonl" "$t0"
+  done
+}
 step_full() {   # the full profile (the GPU's default), --repeat 2 (the GPU's default)
   local t0; t0=$(date +%s.%N)
   timed 120 $CHECK -n "$WORKERS" --html "$OUT/full.html" --markdown "$OUT/full.md" \
@@ -114,6 +122,7 @@ step_profile() {   # where 16 workers' time goes: cProfile per process
 }
 step_heavy() {   # each long_kv_full case's stages, one process, streamed as they finish
   timed 60 python3 -m benchmarks.bare_loop --family scale --case-id long_kv_full --per-case
+  timed 30 python3 -m benchmarks.bare_loop --family scale --case-id offset_past_2_31 --per-case
 }
 step_chain() {   # the start-up chain of a real check: parent, controller, workers
   for n in 4 16; do

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import fast_exit, held_start, isolation, table
+from harness import device_memory, fast_exit, held_start, isolation, table
 from harness.row import case_row  # noqa: F401  (re-exported: the repro path builds rows too)
 from harness.session import (ROW_KEY, RUN, Run, case_id_of, csv_list,  # noqa: F401
                              default_profile, get_run, resolve_repeat, select_cases)
@@ -366,13 +366,17 @@ def run_case(request, case) -> dict:
     target = run.target()
     if state.data.get("context") is None:
         state.set_context(_context(run, target))
-    state.begin(case.id, run.timeout_for(case))
     # A rerun must never report the previous attempt's row if this attempt raises.
     item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
-    try:
-        result, attempts = execute_repeated(case, target, run.repeat(), on_stage=state.stage)
-    finally:
-        state.end(case.id)
+    shares = device_memory.shares_for(case.params, device_memory.total_device_bytes())
+    with device_memory.held(run.state_dir, shares):   # before the hang timer starts
+        state.begin(case.id, run.timeout_for(case))
+        try:
+            result, attempts = execute_repeated(case, target, run.repeat(), on_stage=state.stage)
+        finally:
+            state.end(case.id)
+        if shares:
+            device_memory.release_cached()
     row = case_row(case, result, attempts=attempts, repeat=run.repeat(),
                    profile=run.opt("profile") or default_profile(), **_context(run, target))
     sick = isolation.health_probe()
