@@ -100,6 +100,16 @@ step_profiles() {   # whole-run throughput: the ci profile at 1, 4, 8, 16 worker
     timed 40 $CHECK --profile "$1" -n "$2" --results "$RES/$1-n$2.jsonl" && timeline "$RES/$1-n$2.jsonl" "$t0"
   done
 }
+step_syncmode() {   # the ci profile at 4, 8, 16 workers, syncs blocking instead of spinning
+  local t0
+  for n in 4 8 16; do
+    t0=$(date +%s.%N)
+    HARNESS_CUDA_SYNC=blocking timed 40 $CHECK --profile ci -n "$n" --results "$RES/ci-blocking-n$n.jsonl" \
+      && timeline "$RES/ci-blocking-n$n.jsonl" "$t0"
+  done
+  t0=$(date +%s.%N)
+  timed 40 $CHECK --profile ci -n 16 --results "$RES/ci-spin-n16.jsonl" && timeline "$RES/ci-spin-n16.jsonl" "$t0"
+}
 step_full() {   # the full profile (the GPU's default), --repeat 2 (the GPU's default)
   local t0; t0=$(date +%s.%N)
   timed 120 $CHECK -n "$WORKERS" --html "$OUT/full.html" --markdown "$OUT/full.md" \

@@ -251,12 +251,32 @@ def _pin_device(worker: str) -> None:
     index = int(worker[2:]) % count if count > 1 else 0
     if count > 1:
         torch.cuda.set_device(index)
+    _sync_by_blocking(index)
     # The device context (0.3 s alone, ~2 s when 16 workers start at once) is made while this
     # worker collects its cases. torch initializes under a lock, so a case that reaches the
     # device first waits for it; one that fails is raised again by the case's first call.
     import threading
     threading.Thread(target=_make_context, args=(index,), name="harness-device-context",
                      daemon=True).start()
+
+
+SYNC_ENV = "HARNESS_CUDA_SYNC"
+
+
+def _sync_by_blocking(index: int) -> None:
+    """With HARNESS_CUDA_SYNC=blocking, a worker waiting for the device sleeps instead of
+    spinning (the driver's CU_CTX_SCHED_BLOCKING_SYNC, set on the primary context before
+    torch makes it): as many spinning workers as cores leave none for the others' CPU work."""
+    if os.environ.get(SYNC_ENV, "").strip().lower() != "blocking":
+        return
+    import ctypes
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        device = ctypes.c_int()
+        if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), index) == 0:
+            cuda.cuDevicePrimaryCtxSetFlags(device, 0x04)   # CU_CTX_SCHED_BLOCKING_SYNC
+    except OSError:
+        pass   # no driver library: the first case's device call says so
 
 
 def _make_context(index: int) -> None:
