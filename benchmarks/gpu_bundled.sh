@@ -110,6 +110,15 @@ step_syncmode() {   # the ci profile at 4, 8, 16 workers, syncs blocking instead
   t0=$(date +%s.%N)
   timed 40 $CHECK --profile ci -n 16 --results "$RES/ci-spin-n16.jsonl" && timeline "$RES/ci-spin-n16.jsonl" "$t0"
 }
+step_mps() {   # the ci profile at 8 and 16 workers under MPS (one shared context), for comparison
+  local t0
+  mps_on || return 0
+  for n in 8 16; do
+    t0=$(date +%s.%N)
+    timed 40 $CHECK --profile ci -n "$n" --results "$RES/ci-mps-n$n.jsonl" && timeline "$RES/ci-mps-n$n.jsonl" "$t0"
+  done
+  mps_off
+}
 step_full() {   # the full profile (the GPU's default), --repeat 2 (the GPU's default)
   local t0; t0=$(date +%s.%N)
   timed 120 $CHECK -n "$WORKERS" --html "$OUT/full.html" --markdown "$OUT/full.md" \
