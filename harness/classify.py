@@ -141,7 +141,19 @@ def harness_error_verdict(what: str) -> Verdict:
 
 def crash_verdict(case: Case, signal_or_exit, stage: str = "") -> Verdict:
     where = f" during {stage}" if stage else ""
-    return Verdict("crash", False, f"worker died: {signal_text(signal_or_exit)}{where}")
+    return Verdict("crash", False, f"worker died: {signal_text(signal_or_exit)}{where}"
+                   + shared_gpu_note())
+
+
+def shared_gpu_note() -> str:
+    """Under NVIDIA MPS a fatal fault reaches every client on the GPU, not only the one whose
+    kernel caused it: a crash row then cannot say it was this case's own."""
+    from harness.platform_info import mps_pipe
+    pipe = mps_pipe()
+    if pipe is None:
+        return ""
+    return (f"; the GPU was shared through NVIDIA MPS ({pipe}), where one worker's fault ends "
+            "every worker's case: run this case again without MPS to know it is its own")
 
 
 def hang_verdict(case: Case, timeout_s: float, stage: str = "") -> Verdict:

@@ -50,3 +50,18 @@ def repo_commit(path: str | Path | None = None) -> str:
 
 def host_name() -> str:
     return socket.gethostname()
+
+
+MPS_DEFAULT_PIPE = "/tmp/nvidia-mps"
+
+
+def mps_pipe() -> str | None:
+    """The NVIDIA MPS control pipe's folder when this process's CUDA work goes through an MPS
+    server (CUDA_MPS_PIPE_DIRECTORY, or the daemon's default pipe), else None."""
+    import os
+    import stat
+    folder = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_DEFAULT_PIPE
+    try:
+        return folder if stat.S_ISFIFO(os.stat(Path(folder) / "control").st_mode) else None
+    except OSError:
+        return None

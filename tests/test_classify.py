@@ -102,3 +102,14 @@ def test_every_outcome_is_covered():
     ("harness_error", False, "harness")])
 def test_severity(outcome, passed, expected):
     assert severity(outcome, passed) == expected
+
+
+def test_a_crash_under_mps_says_it_may_be_another_workers_fault(tmp_path, monkeypatch):
+    import os
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    assert "MPS" not in crash_verdict(case(), -8, "run").message     # no control pipe there
+    os.mkfifo(tmp_path / "control")
+    v = crash_verdict(case(), -8, "run")
+    assert v.outcome == "crash" and not v.passed
+    assert v.message.startswith("worker died: SIGFPE during run; the GPU was shared through "
+                                f"NVIDIA MPS ({tmp_path})")
