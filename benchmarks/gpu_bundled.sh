@@ -100,16 +100,6 @@ step_profiles() {   # whole-run throughput: the ci profile at 1, 4, 8, 16 worker
     timed 40 $CHECK --profile "$1" -n "$2" --results "$RES/$1-n$2.jsonl" && timeline "$RES/$1-n$2.jsonl" "$t0"
   done
 }
-step_syncmode() {   # the ci profile at 4, 8, 16 workers, syncs blocking instead of spinning
-  local t0
-  for n in 4 8 16; do
-    t0=$(date +%s.%N)
-    HARNESS_CUDA_SYNC=blocking timed 40 $CHECK --profile ci -n "$n" --results "$RES/ci-blocking-n$n.jsonl" \
-      && timeline "$RES/ci-blocking-n$n.jsonl" "$t0"
-  done
-  t0=$(date +%s.%N)
-  timed 40 $CHECK --profile ci -n 16 --results "$RES/ci-spin-n16.jsonl" && timeline "$RES/ci-spin-n16.jsonl" "$t0"
-}
 step_mps() {   # the ci profile at 8 and 16 workers under MPS (one shared context), for comparison
   local t0
   mps_on || return 0

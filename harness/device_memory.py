@@ -28,21 +28,21 @@ SHARES = 8
 USABLE = 6
 BIG_BYTES = 1 << 30
 WAIT_STEP_S = 0.05
-_DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 
 def estimate_bytes(params: dict) -> int:
     """A case's device memory at its peak, from its params, erring on the large side."""
+    from harness.isolation import qkv_elements
+    from harness.problem import DTYPES
     try:
         hq, d = int(params["num_qo_heads"]), int(params["head_dim"])
         hkv = int(params.get("num_kv_heads") or hq)
         dv = int(params.get("head_dim_vo") or d)
-        qo, kv = [int(n) for n in params["qo_lens"]], [int(n) for n in params["kv_lens"]]
+        q_elems = sum(int(n) for n in params["qo_lens"]) * hq * d
+        b = DTYPES[params.get("dtype", "bf16")].itemsize
     except (KeyError, TypeError, ValueError):
         return 0
-    b = _DTYPE_BYTES.get(params.get("dtype", "bf16"), 4)
-    q_elems = sum(qo) * hq * d
-    kv_elems = sum(kv) * hkv * (d + dv)
+    kv_elems = qkv_elements(params) - q_elems
     # The paged pool's unused pages before the first real one (page ids past 2^31 elements).
     pad = int(params.get("page_id_offset") or 0) * int(params.get("page_size") or 1) * hkv * (d + dv)
     group = max(1, -(-hq // max(hkv, 1)))

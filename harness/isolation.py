@@ -52,6 +52,19 @@ def case_work(params: dict) -> int:
         return 0
 
 
+def qkv_elements(params: dict) -> int:
+    """q, k and v elements over every request (num_kv_heads and head_dim_vo default to
+    num_qo_heads and head_dim): what a problem's inputs hold."""
+    try:
+        hq, d = int(params.get("num_qo_heads", 1)), int(params.get("head_dim", 1))
+        hkv = int(params.get("num_kv_heads") or hq)
+        dv = int(params.get("head_dim_vo") or d)
+        return sum(int(q) * hq * d + int(k) * hkv * (d + dv)
+                   for q, k in zip(params.get("qo_lens", [1]), params.get("kv_lens", [1])))
+    except (TypeError, ValueError):
+        return 0
+
+
 def case_timeout(params: dict, base: float | None = None) -> float:
     """Seconds a case may take before it counts as a hang.
 

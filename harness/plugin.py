@@ -108,7 +108,7 @@ def pytest_configure(config):
         run = Run(config, True, worker=worker_input.get("workerid", "gw?"), run_id=info["run_id"],
                   state_dir=info["state_dir"], done_ids=frozenset(info["done_ids"]))
         config.stash[RUN] = run
-        _pin_device(run.worker)
+        _prepare_device(run.worker)
         return
     run = Run(config, False)
     config.stash[RUN] = run
@@ -162,9 +162,13 @@ def _prepare_workers(config, run: Run, validated: bool) -> None:
         # SIGTERM ends the run like Ctrl-C: finished rows are on disk already,
         # and sessionfinish still records what is pending.
         signal.signal(signal.SIGTERM, _sigterm)
-    if config.getoption("resume"):
-        return   # the run id and the done cases come from the table: _settle
-    run.run_id = config.getoption("run_id") or _new_run_id()
+    if not config.getoption("resume"):   # else the run id comes from the table: _settle
+        _name_run(config, run, config.getoption("run_id") or _new_run_id())
+
+
+def _name_run(config, run: Run, run_id: str) -> None:
+    """The run id and the breadcrumb folder, which xdist sends each worker at its spawn."""
+    run.run_id = run_id
     run.state_dir = isolation.state_tempdir()
     if config.pluginmanager.hasplugin("xdist"):
         from harness.controller import XdistHooks
@@ -181,11 +185,8 @@ def _settle(config, run: Run) -> None:
     run.default_results = not given and not selection
     if config.getoption("resume"):
         run.done_ids = frozenset(table.done_case_ids(run.results))
-        run.run_id = config.getoption("run_id") or table.last_run_id(run.results) or _new_run_id()
-        run.state_dir = isolation.state_tempdir()
-        if config.pluginmanager.hasplugin("xdist"):
-            from harness.controller import XdistHooks
-            config.pluginmanager.register(XdistHooks(run), "harness-xdist")
+        _name_run(config, run, config.getoption("run_id") or table.last_run_id(run.results)
+                  or _new_run_id())
     elif run.results.exists():
         run.results.unlink()
     from harness.controller import Controller, ReplayQueue
@@ -237,8 +238,9 @@ def pytest_unconfigure(config):
         fast_exit.exit_now(config.stash[_EXIT_STATUS])
 
 
-def _pin_device(worker: str) -> None:
-    """Spread workers over the host's GPUs: worker gwN runs on device N mod count.
+def _prepare_device(worker: str) -> None:
+    """Spread workers over the host's GPUs (worker gwN runs on device N mod count), and make
+    the device context in the background.
 
     One worker group per device, so `-n 16` on a host of 8 GPUs puts two workers
     on each. Nothing to do on a CPU-only machine (torch.cuda.is_available() does
@@ -251,32 +253,12 @@ def _pin_device(worker: str) -> None:
     index = int(worker[2:]) % count if count > 1 else 0
     if count > 1:
         torch.cuda.set_device(index)
-    _sync_by_blocking(index)
     # The device context (0.3 s alone, ~2 s when 16 workers start at once) is made while this
     # worker collects its cases. torch initializes under a lock, so a case that reaches the
     # device first waits for it; one that fails is raised again by the case's first call.
     import threading
     threading.Thread(target=_make_context, args=(index,), name="harness-device-context",
                      daemon=True).start()
-
-
-SYNC_ENV = "HARNESS_CUDA_SYNC"
-
-
-def _sync_by_blocking(index: int) -> None:
-    """With HARNESS_CUDA_SYNC=blocking, a worker waiting for the device sleeps instead of
-    spinning (the driver's CU_CTX_SCHED_BLOCKING_SYNC, set on the primary context before
-    torch makes it): as many spinning workers as cores leave none for the others' CPU work."""
-    if os.environ.get(SYNC_ENV, "").strip().lower() != "blocking":
-        return
-    import ctypes
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        device = ctypes.c_int()
-        if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), index) == 0:
-            cuda.cuDevicePrimaryCtxSetFlags(device, 0x04)   # CU_CTX_SCHED_BLOCKING_SYNC
-    except OSError:
-        pass   # no driver library: the first case's device call says so
 
 
 def _make_context(index: int) -> None:

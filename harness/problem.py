@@ -34,7 +34,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.draws import normal_draws
-from harness.isolation import case_work
+from harness.isolation import case_work, qkv_elements
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -291,8 +291,7 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
     scale = p["sm_scale"]
     sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
 
-    elements = sum(lq * hq * d + lk * hkv * (d + dv) for lq, lk in zip(p["qo_lens"], p["kv_lens"]))
-    on_device = elements > DEVICE_DRAW_ELEMENTS
+    on_device = qkv_elements(p) > DEVICE_DRAW_ELEMENTS
 
     def draw(r: int, i: int, *shape: int) -> torch.Tensor:
         if on_device:     # request r's q, k, v are streams 3r, 3r + 1, 3r + 2 of the seed
