@@ -8,7 +8,7 @@ TARGET ?= bundled
 
 .PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps bench
 
-ARCH = $$($(PY) -c 'from harness.platform_info import arch; print(arch())')
+ARCH = $$($(PY) -c 'from harness.model.platform_info import arch; print(arch())')
 
 setup: $(VENV)/.ready
 

@@ -2,14 +2,14 @@
 
     python -m benchmarks.bare_loop [--family F,G | --cases-file CASES.json]  -> one JSON line
 
-Each case runs through harness.execute.execute_case, the function a pytest worker calls, so
+Each case runs through harness.engine.execute.execute_case, the function a pytest worker calls, so
 the loop does exactly the engine's per-case work (build inputs, adapter + library call, canary
 check, reference, compare, classify) and nothing else. Its stages are timed by wrapping the
 names execute_case looks up in its module, never by copying its steps, so the breakdown
 follows execute_case as it changes.
 
 Two engine costs are timed after each case and kept out of the loop's total: the worker's
-breadcrumbs (harness.isolation.WorkerState: begin, one write per stage the case reached, end,
+breadcrumbs (harness.engine.isolation.WorkerState: begin, one write per stage the case reached, end,
 in a state directory made as the plugin makes it) and the row write (case_row, then
 table.append_row).
 """
@@ -23,7 +23,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-# Stage -> the names execute_case (and its helpers in harness.execute) call for it. A name the
+# Stage -> the names execute_case (and its helpers in harness.engine.execute) call for it. A name the
 # module no longer has is skipped; its time then shows up under "other".
 STAGE_NAMES = {
     "build inputs": ("build_problem",),
@@ -67,7 +67,8 @@ class StageClock:
 
 
 def instrument(clock: StageClock, target) -> None:
-    from harness import builders, execute
+    from harness.model import builders
+    from harness.engine import execute
     for stage, names in STAGE_NAMES.items():
         for name in names:
             clock.patch(execute, name, stage)
@@ -77,8 +78,8 @@ def instrument(clock: StageClock, target) -> None:
 
 
 def breadcrumbs(state_dir: str):
-    """The worker's writes around one case, as harness.plugin.run_case makes them."""
-    from harness import isolation
+    """The worker's writes around one case, as harness.engine.plugin.run_case makes them."""
+    from harness.engine import isolation
     state = isolation.WorkerState(state_dir, "gw0")
 
     def write(case, stages: list[str]) -> None:
@@ -91,8 +92,9 @@ def breadcrumbs(state_dir: str):
 
 def row_writer(target, results: Path):
     """The engine's row path for one finished case: case_row, then the durable append."""
-    from harness import platform_info, table
-    from harness.plugin import case_row
+    from harness.model import platform_info
+    from harness.results import table
+    from harness.engine.row import case_row
     context = {"arch": platform_info.arch(), "target": target.name}
 
     def write(case, result) -> None:
@@ -103,9 +105,9 @@ def row_writer(target, results: Path):
 def run_loop(families=None, cases_file: str | None = None, case_id: str | None = None,
              per_case=None) -> dict:
     """The loop's totals; per_case(case, seconds, stage seconds) after each case when given."""
-    from harness import isolation
-    from harness.execute import execute_case
-    from harness.plugin import select_cases
+    from harness.engine import isolation
+    from harness.engine.execute import execute_case
+    from harness.engine.session import select_cases
     from harness.targets import load_target
 
     cases = select_cases("bundled", families, case_id=case_id, cases_file=cases_file)
@@ -143,12 +145,12 @@ def run_loop(families=None, cases_file: str | None = None, case_id: str | None =
 
 
 def _memory_note(case) -> str:
-    """On a GPU: the case's peak device memory against harness.device_memory's estimate
+    """On a GPU: the case's peak device memory against harness.engine.device_memory's estimate
     (the peak counter is reset for the next case)."""
     import torch
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         return ""
-    from harness import device_memory
+    from harness.engine import device_memory
     peak = torch.cuda.max_memory_reserved()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -176,7 +178,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    # As the engine's processes do (harness/fast_exit.py): the ratio compares the work, not
+    # As the engine's processes do (harness/engine/fast_exit.py): the ratio compares the work, not
     # which side pays the interpreter's 0.35-0.55 s teardown with torch loaded.
-    from harness.fast_exit import exit_now
+    from harness.engine.fast_exit import exit_now
     exit_now(main())

@@ -134,7 +134,7 @@ def selection(families=None, sample: int | None = None) -> Selection:
     scope = f"families {','.join(families)}" if families else "the default case set"
     if not sample:
         return Selection(("--family", ",".join(families)) if families else (), scope)
-    from harness.plugin import select_cases
+    from harness.engine.session import select_cases
     cases = select_cases("bundled", list(families) if families else None)
     step = max(1, -(-len(cases) // sample))
     picked = cases[::step]

@@ -53,7 +53,7 @@ def cumulative(stats: pstats.Stats, name: str, file_part: str = "") -> tuple[int
 def report(prof: Path, top: int) -> str:
     stats = pstats.Stats(str(prof))
     tests, per_test = cumulative(stats, "pytest_runtest_protocol", "_pytest/runner.py")
-    cases, in_case = cumulative(stats, "execute_case", "harness/execute.py")
+    cases, in_case = cumulative(stats, "execute_case", "harness/engine/execute.py")
     n = max(cases, tests, 1)
     lines = [f"{prof.name}: {tests} tests, {cases} execute_case calls"]
     if tests:

@@ -155,7 +155,7 @@ phase_prewarm() {
   PREWARM_PROCS=$PREWARM_PROCS BUDGET=$budget FAMILIES=$FAMILIES FI_ROUTES=$FI_ROUTES \
     CASES_FILE=$CASES_FILE python3 - >>"$LOG" 2>&1 <<'EOF'
 import concurrent.futures as cf, json, os, subprocess, sys, time
-from harness.case import Case
+from harness.model.case import Case
 from harness.targets import load_target
 
 start, budget = time.time(), float(os.environ["BUDGET"]) - 30

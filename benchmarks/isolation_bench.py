@@ -46,7 +46,7 @@ def run(cases_file: Path | None, target: str, n: int, *extra: str) -> tuple[floa
 
 def crash_recovery(crashes: int, normal: int, replay: bool) -> dict:
     """Prints the figures and returns them (benchmarks/crash.py puts them in the bench table)."""
-    from harness.targets.faults import fault_case
+    from fault_target import fault_case
 
     every = max(1, normal // crashes)
     with_crashes, without = [], []
@@ -89,7 +89,7 @@ def throughput(ns=(1, 2)) -> None:
         target, cases_file = "bundled", None
     except Exception as e:  # no bundled target/library here: measure the engine alone
         print(f"(bundled matrix unavailable: {type(e).__name__}: {e}; using faults 'none' cases)")
-        from harness.targets.faults import fault_case
+        from fault_target import fault_case
         tmp = Path(tempfile.mkdtemp(prefix="isobench-"))
         cases_file = tmp / "none.json"
         count, first = 200, fault_case("none", 0).id

@@ -33,7 +33,7 @@ def child() -> dict:
 
     import torch
     lap("import torch")
-    from harness import platform_info
+    from harness.model import platform_info
     torch.zeros(1, device=platform_info.device()).sum().item()
     lap("device context")
     from kernels import _lib
@@ -41,9 +41,10 @@ def child() -> dict:
     lap("library load")
     import pytest  # noqa: F401
     import xdist  # noqa: F401
-    import harness.plugin
+    import harness.engine.plugin
+    import harness.engine.session
     lap("pytest + plugin import")
-    harness.plugin.select_cases("bundled")
+    harness.engine.session.select_cases("bundled")
     lap("case selection")
     return out
 

@@ -11,8 +11,8 @@ import inspect
 import pkgutil
 from typing import Iterable
 
-from harness.case import Case
-from harness.routes import BUNDLED_ROUTES, op_of
+from harness.model.case import Case
+from harness.model.routes import BUNDLED_ROUTES, op_of
 
 _NOT_FAMILIES = {"conftest", "test_matrix"}
 

@@ -1,6 +1,6 @@
 """edge_rows: rows that see no kv, requests with nothing in them, single tokens (issue 12).
 
-FlashInfer's conventions (harness/reference.py): causal is bottom-right
+FlashInfer's conventions (harness/model/reference.py): causal is bottom-right
 aligned, so with qo_len L > kv_len K the first L - K rows see no kv; a row
 that sees nothing has output 0 and LSE -inf, which the comparison demands
 exactly. valid never builds such a row. Here, on every route that can
@@ -28,8 +28,8 @@ from typing import Iterator
 
 from cases.values import requires
 from cases._call_forms import forms
-from harness.case import Case, dtype_tag
-from harness.routes import op_of
+from harness.model.case import Case, dtype_tag
+from harness.model.routes import op_of
 
 FAMILY = "edge_rows"
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",

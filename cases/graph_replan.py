@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from harness.case import Case
-from harness.routes import op_of
+from harness.model.case import Case
+from harness.model.routes import op_of
 
 FAMILY = "graph_replan"
 OPS = ("paged_prefill",)

@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
-from harness.case import Case
-from harness.routes import op_of
+from harness.model.case import Case
+from harness.model.routes import op_of
 
 FAMILY = "misplanned"
 OPS = ("paged_prefill", "ragged_prefill", "batch_decode")

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from harness.case import Case
-from harness.routes import op_of
+from harness.model.case import Case
+from harness.model.routes import op_of
 
 FAMILY = "mixed_batch"
 OPS = ("mixed_batch",)

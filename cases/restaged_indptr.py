@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from harness.case import Case
-from harness.routes import op_of
+from harness.model.case import Case
+from harness.model.routes import op_of
 
 FAMILY = "restaged_indptr"
 OPS = ("batch_decode",)

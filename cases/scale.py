@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from harness.case import Case, dtype_tag
-from harness.routes import op_of
+from harness.model.case import Case, dtype_tag
+from harness.model.routes import op_of
 
 FAMILY = "scale"
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",

@@ -1,4 +1,4 @@
-"""values: every value kind of harness/problem.py on every route (issue 12, generator reach).
+"""values: every value kind of harness/model/problem.py on every route (issue 12, generator reach).
 
 valid draws q, k, v from N(0, 1), which keeps every logit and LSE far from
 exp()'s overflow, never ties, never sees a subnormal. Here each route runs
@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
-from harness.case import Case, dtype_tag
-from harness.routes import op_of
+from harness.model.case import Case, dtype_tag
+from harness.model.routes import op_of
 
 FAMILY = "values"
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
@@ -130,7 +130,7 @@ _BY_OP = {
 
 
 def requires(params: dict) -> tuple[str, ...]:
-    """The target features (harness/capabilities.py) a case cannot be expressed without. A
+    """The target features (harness/model/capabilities.py) a case cannot be expressed without. A
     chosen split (max_kv_chunk) is not one: a target that plans its own split still owes the
     same answer."""
     return tuple(feature for feature, key in (("graphs", "use_cuda_graph"),

@@ -1,5 +1,5 @@
 from harness.cli import main
-from harness.fast_exit import exit_now
+from harness.engine.fast_exit import exit_now
 
-# Every command's files are closed by the time main returns (harness/fast_exit.py).
+# Every command's files are closed by the time main returns (harness/engine/fast_exit.py).
 exit_now(main())

@@ -2,7 +2,7 @@
 machine, never what they check.
 
 One OpenMP thread per xdist worker, as `harness check` gives its own workers
-(harness/plugin.py: cores // workers). The host kernels and torch's CPU ops each start
+(harness/engine/plugin.py: cores // workers). The host kernels and torch's CPU ops each start
 a pool as wide as the machine, so on 2 cores two workers, plus the `harness` children
 some tests start, oversubscribe it and spin-wait for each other: the suite ran 1.3-1.7x
 slower. Set in the controller before xdist starts the workers, so they and every child
@@ -19,6 +19,7 @@ only loses its place): refresh it when a new test takes more than a few seconds.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 SLOW = {
     "test_isolation.py::test_every_failure_kind_is_exactly_one_row": 18,
@@ -52,6 +53,13 @@ SLOW = {
     "test_plugin.py::test_repeat_compares_answers_in_one_worker": 2.5,
     "test_held_start.py::test_a_check_called_off_by_a_bad_option_leaves_no_table": 2.5,
 }
+
+
+# The test-only `faults` target (tests/fault_target.py) is registered here, not in the
+# project's registry: every process a test starts inherits the name through the environment.
+FAULT_TARGET = str(Path(__file__).resolve().parent / "fault_target.py")
+os.environ["HARNESS_TARGETS"] = ",".join(
+    filter(None, [os.environ.get("HARNESS_TARGETS", ""), f"faults={FAULT_TARGET}"]))
 
 
 def pytest_configure(config):

@@ -7,9 +7,9 @@ import test_kernels_routes.
 from __future__ import annotations
 
 from cases import generate
-from harness.execute import execute_case
-from harness.isolation import replay
-from harness.routes import BUNDLED_ROUTES
+from harness.engine.execute import execute_case
+from harness.engine.child import replay
+from harness.model.routes import BUNDLED_ROUTES
 
 GUARDS_ENV = "KERNELS_DISABLE_GUARDS"
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import cases as families
-from harness.execute import execute_case
+from harness.engine.execute import execute_case
 
 
 def sample(route, key, skip=lambda c: False, family="valid", limit=8) -> list:

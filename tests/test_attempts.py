@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from harness.attempts import answers_differ, combine_results, combine_rows
-from harness.execute import CaseResult
+from harness.engine.attempts import answers_differ, combine_results, combine_rows
+from harness.engine.execute import CaseResult
 
 
 def result(outcome, passed, diff=None, o=None, message=""):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect import bisect
+from harness.tools.bisect import bisect
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -146,7 +146,7 @@ sys.exit({"good": 0, "bad": 1, "nobuild": 5}[state])
 def test_bisect_prints_one_line_per_step_as_it_goes(tmp_path, capsys):
     import argparse
 
-    from harness.bisect import main
+    from harness.tools.bisect import main
     repo = init_repo(tmp_path / "repo")
     states = ["good", "nobuild", "good", "bad", "bad", "bad"]
     shas = [commit(repo, f"Change {i}", {"harness/__init__.py": "",

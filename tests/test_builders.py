@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from harness.builders import (INT_POISON, Buffers, canary_pattern, every_other, fingerprint,
+from harness.model.builders import (INT_POISON, Buffers, canary_pattern, every_other, fingerprint,
                               fingerprints, head_sliced, strided_last_dim)
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -124,7 +124,7 @@ def test_stage_log_calls_back():
 
 
 def test_a_large_input_is_snapshotted_and_a_one_bit_change_is_caught(monkeypatch):
-    import harness.builders as b
+    import harness.model.builders as b
     monkeypatch.setattr(b, "SNAPSHOT_ELEMS", 16)
     bufs = b.Buffers(torch.device("cpu"))
     big = torch.full((8, 4), float("nan"), dtype=torch.bfloat16)
@@ -136,7 +136,7 @@ def test_a_large_input_is_snapshotted_and_a_one_bit_change_is_caught(monkeypatch
 
 def test_a_huge_page_pool_is_poisoned_around_the_owned_pages(monkeypatch):
     import harness.targets.layout as layout
-    from harness.problem import build_problem
+    from harness.model.problem import build_problem
     monkeypatch.setattr(layout, "FULL_POISON_ELEMS", 1)
     p = build_problem({"dtype": "fp16", "head_dim": 8, "num_qo_heads": 1, "qo_lens": [1],
                        "kv_lens": [20]}, 1)

@@ -7,9 +7,10 @@ import types
 from xdist.scheduler.load import LoadScheduling
 
 from cases import generate
-from harness import isolation
-from harness.plugin import HEAVY_WORK, _one_case_at_a_time, heaviest_first
-from harness.routes import BUNDLED_ROUTES
+from harness.engine import isolation
+from harness.model import sizes
+from harness.engine.plugin import HEAVY_WORK, _one_case_at_a_time, heaviest_first
+from harness.model.routes import BUNDLED_ROUTES
 
 
 def _full_profile():
@@ -20,15 +21,15 @@ def test_heavy_cases_come_first_heaviest_first_each_followed_by_a_light_one():
     cases = _full_profile()
     ordered = heaviest_first(cases)
     assert sorted(c.id for c in ordered) == sorted(c.id for c in cases)
-    work = [isolation.case_work(c.params) for c in ordered]
+    work = [sizes.case_work(c.params) for c in ordered]
     heavy = [w for w in work if w >= HEAVY_WORK]
     assert len(heavy) >= 2
     # Heavy at the even places, heaviest first; a light case between each two.
     assert work[0:2 * len(heavy):2] == sorted(heavy, reverse=True)
     assert all(w < HEAVY_WORK for w in work[1:2 * len(heavy):2])
     assert all("long_kv_full" in ordered[2 * i].id for i in range(8))
-    light = [c.id for c in ordered if isolation.case_work(c.params) < HEAVY_WORK]
-    assert light == [c.id for c in cases if isolation.case_work(c.params) < HEAVY_WORK]
+    light = [c.id for c in ordered if sizes.case_work(c.params) < HEAVY_WORK]
+    assert light == [c.id for c in cases if sizes.case_work(c.params) < HEAVY_WORK]
 
 
 class _Node:
@@ -59,7 +60,7 @@ def _first_hand_out(ids: list[str], workers: int, option) -> dict[str, list[int]
 
 def test_xdist_gives_no_worker_two_heavy_cases_at_the_start():
     ordered = heaviest_first(_full_profile())
-    is_heavy = [isolation.case_work(c.params) >= HEAVY_WORK for c in ordered]
+    is_heavy = [sizes.case_work(c.params) >= HEAVY_WORK for c in ordered]
     ids = [c.id for c in ordered]
     option = types.SimpleNamespace(dist="load", maxschedchunk=None)
     _one_case_at_a_time(types.SimpleNamespace(option=option), ordered)
@@ -77,7 +78,7 @@ def test_xdist_gives_no_worker_two_heavy_cases_at_the_start():
 
 def test_an_explicit_chunk_size_another_dist_mode_or_no_heavy_case_keeps_xdist_chunks():
     cases = _full_profile()
-    light = [c for c in cases if isolation.case_work(c.params) < HEAVY_WORK]
+    light = [c for c in cases if sizes.case_work(c.params) < HEAVY_WORK]
     for dist, chunk, selected in (("load", 8, cases), ("loadgroup", None, cases),
                                   ("no", None, cases), ("load", None, light)):
         option = types.SimpleNamespace(dist=dist, maxschedchunk=chunk)

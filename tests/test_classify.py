@@ -3,9 +3,9 @@ import signal
 
 import pytest
 
-from harness.case import Case
-from harness.classify import OUTCOMES, classify, crash_verdict, hang_verdict, severity
-from harness.compare import Comparison
+from harness.model.case import Case
+from harness.model.classify import OUTCOMES, classify, crash_verdict, hang_verdict, severity
+from harness.model.compare import Comparison
 
 P = {"head_dim": 8, "num_qo_heads": 2, "qo_lens": [1], "kv_lens": [1]}
 

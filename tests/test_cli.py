@@ -7,8 +7,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import cli, table
-from harness.targets.faults import FAULTS
+from harness import cli
+from harness.results import summary
+from harness.tools import check
+from harness.results import table
+from fault_target import FAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +47,7 @@ def test_repro_build_failure_is_exit_5(monkeypatch, capsys):
     monkeypatch.setattr("harness.targets.load_target", broken)
     case_file = Path(__file__).parent / "_repro_case.json"
     try:
-        from harness.targets.faults import fault_case
+        from fault_target import fault_case
         case_file.write_text(json.dumps([fault_case("none").to_json()]))
         # --in-process: the patched load_target is this process's, not a child's
         assert cli.main(["repro", fault_case("none").id, "--case-json", str(case_file),
@@ -128,13 +131,13 @@ def test_before_after_table_markdown():
          "outcome": "match", "pass": True, "max_abs_diff": 0.0, "n_wrong": 0, "n_total": 10,
          "message": ""},
     ])
-    md = cli.before_after_table(df)
+    md = summary.before_after_table(df)
     lines = md.strip().splitlines()
     assert len(lines) == 3
     assert lines[2] == ("| fa2.single_prefill | strided.q/bf16 | wrong | 0.98 | 7503/8192 "
                         "| a\\|b |")
-    assert len(cli.before_after_table(df, failing_only=False).strip().splitlines()) == 4
-    assert "No failing rows" in cli.before_after_table(df[df["pass"]])
+    assert len(summary.before_after_table(df, failing_only=False).strip().splitlines()) == 4
+    assert "No failing rows" in summary.before_after_table(df[df["pass"]])
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -153,12 +156,12 @@ def test_check_refuses_bad_options_naming_field_and_values(argv, words, capsys):
 
 
 def test_check_with_a_missing_library_is_a_usage_error(monkeypatch, capsys):
-    import harness.plugin
+    import harness.engine.session
     from harness.cli import main
 
     def no_library(*args, **kwargs):
         raise RuntimeError("flashinfer target: `pip install flashinfer-python`")
-    monkeypatch.setattr(harness.plugin, "select_cases", no_library)
+    monkeypatch.setattr(harness.engine.session, "select_cases", no_library)
     assert main(["check", "--target", "flashinfer"]) == 2
     assert "pip install flashinfer-python" in capsys.readouterr().err
 
@@ -214,11 +217,11 @@ def test_capability_findings_gate_only_a_target_that_owns_its_contract():
     df = pd.DataFrame([
         {"pass": False, "severity": "capability"}, {"pass": False, "severity": "clarity"},
         {"pass": True, "severity": ""}])
-    assert len(cli.gating(df, target_owns_contract=False, strict=False)) == 0
-    assert len(cli.gating(df, target_owns_contract=False, strict=True)) == 2
-    assert len(cli.gating(df, target_owns_contract=True, strict=False)) == 2
+    assert len(summary.gating(df, target_owns_contract=False, strict=False)) == 0
+    assert len(summary.gating(df, target_owns_contract=False, strict=True)) == 2
+    assert len(summary.gating(df, target_owns_contract=True, strict=False)) == 2
     wrong = pd.concat([df, pd.DataFrame([{"pass": False, "severity": "correctness"}])])
-    assert len(cli.gating(wrong, target_owns_contract=False, strict=False)) == 1
+    assert len(summary.gating(wrong, target_owns_contract=False, strict=False)) == 1
 
 
 # ------------------------------------------------------------------ one-line errors
@@ -312,7 +315,7 @@ def test_ctrl_c_during_check_is_one_line_with_the_resume_command(tmp_path):
     the workers. One line says what is kept and how to go on."""
     import signal
     import time
-    from harness.targets.faults import fault_case
+    from fault_target import fault_case
 
     cases = tmp_path / "cases.json"
     cases.write_text(json.dumps([fault_case("none").to_json(), fault_case("slow").to_json()]))
@@ -341,7 +344,7 @@ def test_ctrl_c_during_check_is_one_line_with_the_resume_command(tmp_path):
 
 def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, none_then_wrong):
     import io
-    progress = cli.Progress(tmp_path / "r.jsonl", total=4, done_before={"a"},
+    progress = check.Progress(tmp_path / "r.jsonl", total=4, done_before={"a"},
                             stream=io.StringIO(), interval=0)
     stale = {"case_id": "old", "pass": False, "timestamp": "2000-01-01T00:00:00+00:00"}
     rows = [dict(case_id=c, timestamp="2999-01-01T00:00:00+00:00", **{"pass": p})
@@ -369,7 +372,7 @@ def test_check_shows_pytest_output_when_pytest_itself_fails(tmp_path, capfd):
 
 
 def test_check_from_another_folder_takes_paths_from_that_folder(tmp_path, capfd, monkeypatch):
-    from harness.targets.faults import fault_case
+    from fault_target import fault_case
     (tmp_path / "cases.json").write_text(json.dumps([fault_case("none").to_json()]))
     monkeypatch.chdir(tmp_path)   # the child pytest runs in the checkout, not here
     proc = _check(capfd, "--cases-file", "cases.json", "--results-dir", "out")
@@ -406,9 +409,9 @@ def test_repro_in_a_child_keeps_the_usage_exit_codes(capsys):
 
 
 def test_resume_command_repeats_the_command_before_pytest_options():
-    assert cli.resume_command(["check", "--family", "gqa"]) == "harness check --family gqa --resume"
-    assert cli.resume_command(["check", "--", "-x"]) == "harness check --resume -- -x"
-    assert cli.resume_command(["check", "--resume"]) == "harness check --resume"
+    assert check.resume_command(["check", "--family", "gqa"]) == "harness check --family gqa --resume"
+    assert check.resume_command(["check", "--", "-x"]) == "harness check --resume -- -x"
+    assert check.resume_command(["check", "--resume"]) == "harness check --resume"
 
 
 def test_check_with_an_unwritable_results_folder_is_one_line(tmp_path, capsys):

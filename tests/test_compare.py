@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from harness.compare import compare, summarize
+from harness.model.compare import compare, summarize
 
 
 def test_tolerance_is_inclusive_and_counts_each_element():

@@ -31,7 +31,7 @@ lost plan that run() refuses: a valid input refused is a capability failure.
 
 Controls sit next to each guard: cases the guard does not protect (a head-sliced q,
 index tensors, padded q rows, divisible odd head counts) still match with it off.
-Cases that kill the process with their guard off run in a fresh one (isolation.replay).
+Cases that kill the process with their guard off run in a fresh one (child.replay).
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ import pytest
 
 from cases import generate
 from detection_helpers import failures_with_guards_on, replay_guard_off, run_guard_off
-from harness.classify import severity
-from harness.routes import BUNDLED_ROUTES
+from harness.model.classify import severity
+from harness.model.routes import BUNDLED_ROUTES
 from harness.targets import load_target
 
 # The mixed batch's vLLM-shaped call writes only into the caller's out: its

@@ -27,7 +27,7 @@ import pytest
 
 from detection_helpers import (cases_by_key, failures_with_guards_on, replay_guard_off,
                                run_guard_off)
-from harness.classify import severity
+from harness.model.classify import severity
 from harness.targets import load_target
 
 FAMILIES = ("graph_replan", "restaged_indptr", "small_head", "mixed_batch")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-import harness.execute as execute
-from harness import isolation
-from harness.execute import execute_case
-from harness.plugin import execute_repeated
+import harness.engine.execute as execute
+from harness.engine import isolation
+from harness.engine.execute import execute_case
+from harness.engine.perform import execute_repeated
 from harness.targets import load_target
-from harness.targets.faults import fault_case
+from fault_target import fault_case
 
 ILLEGAL = "CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be..."
 

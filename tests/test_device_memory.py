@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from harness import device_memory as dm
+from harness.engine import device_memory as dm
 from harness.targets import load_target
 
 GIB = 1 << 30
@@ -66,7 +66,7 @@ def test_holders_never_exceed_the_usable_shares(tmp_path):
 
 
 def test_a_dead_holder_frees_its_shares(tmp_path):
-    script = ("import sys, time\nfrom harness import device_memory as dm\n"
+    script = ("import sys, time\nfrom harness.engine import device_memory as dm\n"
               f"with dm.held({str(tmp_path)!r}, dm.USABLE):\n"
               "    print('held', flush=True)\n    time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,

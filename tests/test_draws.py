@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from harness import draws, problem
-from harness.draws import normal_draws
-from harness.problem import EMIN, build_problem, large_logit_offset
+from harness.model import draws, problem
+from harness.model.draws import normal_draws
+from harness.model.problem import EMIN, build_problem, large_logit_offset
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from harness.capabilities import Capabilities
-from harness.case import Case
-from harness.execute import CaseBug, execute_case
-from harness.reference import attention_reference
+from harness.model.capabilities import Capabilities
+from harness.model.case import Case
+from harness.engine.execute import CaseBug, execute_case
+from harness.model.reference import attention_reference
 from harness.targets.base import Skip, Target
 
 P = {"dtype": "bf16", "head_dim": 8, "num_qo_heads": 4, "num_kv_heads": 2,
@@ -125,7 +125,7 @@ def test_bad_params_propagate():
 def test_platform_facts(tmp_path):
     import re
     import subprocess
-    from harness import platform_info
+    from harness.model import platform_info
     assert re.fullmatch(r"gfx\w+|sm_\d+|cpu-\w+", platform_info.arch())
     assert platform_info.device().type in ("cpu", "cuda") and platform_info.host_name()
     assert platform_info.repo_commit(tmp_path) == ""

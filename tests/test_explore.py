@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from cases import generate
-from harness import cli, explore
-from harness.case import Case
-from harness.plugin import case_row
-from harness.routes import BUNDLED_ROUTES, op_of
-from harness.strategies import contract
+from harness import cli
+from harness.tools import explore
+from harness.model.case import Case
+from harness.engine.row import case_row
+from harness.model.routes import BUNDLED_ROUTES, op_of
+from harness.tools.strategies import contract
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASS_LINE = re.compile(r"^(\w+)\s+(\S+)\s+(\S+\.json)")
@@ -46,7 +47,8 @@ def harness_here(capfd, *args) -> subprocess.CompletedProcess:
 # spent is test_search_shrinks_each_class_and_keeps_looking's to prove.
 EXPLORE_UNTIL_FOUND = """
 import sys, time
-from harness import cli, explore
+from harness import cli
+from harness.tools import explore
 want = int(sys.argv[1])
 confirm = explore.Explorer.confirm
 def confirm_then_stop(self, finding):
@@ -135,7 +137,7 @@ def test_search_shrinks_each_class_and_keeps_looking(tmp_path, monkeypatch):
             replays.append(case.id)
             return (_fake_run(case, 0, 0)["outcome"], False)
         return step
-    monkeypatch.setattr("harness.shrink.subprocess_step", fake_step)
+    monkeypatch.setattr("harness.tools.shrink.subprocess_step", fake_step)
     explorer = explore.Explorer(_opts(tmp_path), _fake_run)
     explorer.search()
     found = explorer.found
@@ -173,16 +175,16 @@ def faults_runner():
 @pytest.mark.parametrize("fault, outcome, says", [
     ("none", "match", ""), ("wrong", "wrong", "max|diff|"),
     ("sigfpe", "crash", "SIGFPE during run"), ("segv", "crash", "SIGSEGV"),
-    ("exit3", "crash", "exit 3"),
+    ("exit3", "crash", "exit code 3"),
 ])
 def test_fork_runner_turns_a_dying_case_into_its_row(faults_runner, fault, outcome, says):
-    from harness.targets.faults import fault_case
+    from fault_target import fault_case
     row = faults_runner.run(fault_case(fault), timeout_s=60, cut_s=60)
     assert row["outcome"] == outcome and says in row["message"], row
 
 
 def test_fork_runner_hang_and_budget_cut(faults_runner):
-    from harness.targets.faults import fault_case
+    from fault_target import fault_case
     start = time.monotonic()
     # The hang never ends, so any limit ends it alike: half a second each, not one.
     row = faults_runner.run(fault_case("hang"), timeout_s=0.5, cut_s=30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.failure_classes import (classes_text, console_summary, failure_classes,
+from harness.results.failure_classes import (classes_text, console_summary, failure_classes,
                                      normalize_message, variant_of, verdict)
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from cases import generate, load_family
 from cases.valid import PAGED_FORMS
-from harness.case import EXPECTS
-from harness.problem import normalize
-from harness.routes import BUNDLED_ROUTES, op_of
+from harness.model.case import EXPECTS
+from harness.model.problem import normalize
+from harness.model.routes import BUNDLED_ROUTES, op_of
 
 FAMILIES = ("valid", "strided", "misplanned", "gqa")
 # route / family.variant / tag: lower-case words, digits, '_', '-' (and '.' in the tag).
@@ -107,7 +107,7 @@ def test_contracts_are_target_neutral(all_cases):
 
 def test_valid_sample_matches_on_host(all_cases):
     """The first valid case of every route, end to end through the bundled adapter."""
-    from harness.execute import execute_case
+    from harness.engine.execute import execute_case
     from harness.targets import load_target
 
     target = load_target("bundled")
@@ -124,8 +124,8 @@ def test_valid_sample_matches_on_host(all_cases):
 
 
 def test_every_param_key_is_declared_and_a_typo_fails_where_it_is_written():
-    from harness.case import Case
-    from harness.params import SCHEMA
+    from harness.model.case import Case
+    from harness.model.params import SCHEMA
     used = {k for c in generate() for k in c.params}
     assert used <= set(SCHEMA), used - set(SCHEMA)
     with pytest.raises(ValueError, match="'page_sise'.*unknown key"):

@@ -22,10 +22,10 @@ import pytest
 import torch
 
 from cases import generate, load_family
-from harness.execute import execute_case
-from harness.problem import EMIN, build_problem, normalize
-from harness.reference import attention_reference
-from harness.routes import BUNDLED_ROUTES, op_of
+from harness.engine.execute import execute_case
+from harness.model.problem import EMIN, build_problem, normalize
+from harness.model.reference import attention_reference
+from harness.model.routes import BUNDLED_ROUTES, op_of
 from harness.targets import load_target
 from harness.targets.layout import block_table, build_paged
 from kernels.build import detect
@@ -340,7 +340,7 @@ def test_plan_fits_a_32k_prefill_into_the_default_workspace():
 @host_only
 def test_a_fitted_split_computes_the_same_answer(target, monkeypatch):
     import kernels
-    from harness.case import Case
+    from harness.model.case import Case
     monkeypatch.delenv(KERNEL_FAULT_ENV, raising=False)
     params = dict(dtype="fp16", head_dim=64, num_qo_heads=4, num_kv_heads=2, qo_lens=[8, 3],
                   kv_lens=[3000, 700], causal=True, return_lse=True, page_size=16)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cases import generate
-from harness.execute import execute_case
+from harness.engine.execute import execute_case
 from harness.targets import load_target
 from harness.targets.plan_run.call import Call
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.held_start import EXIT_CALLED_OFF, HeldChild
+from harness.engine.held_start import EXIT_CALLED_OFF, HeldChild
 
 ROOT = Path(__file__).resolve().parents[1]
-CHILD = ("import sys; from harness.held_start import wait_for_go\n"
+CHILD = ("import sys; from harness.engine.held_start import wait_for_go\n"
          "path = wait_for_go()\n"
          "open(sys.argv[1], 'w').write(repr(path))\n")
 
@@ -60,7 +60,7 @@ def test_a_check_called_off_by_a_bad_option_leaves_no_table(tmp_path):
     assert not results.exists()
 
 
-REPORTING_CHILD = ("import sys, json; from harness import held_start\n"
+REPORTING_CHILD = ("import sys, json; from harness.engine import held_start\n"
                    "held_start.send_report(json.loads(sys.argv[2]))\n"
                    "path = held_start.wait_for_go()\n"
                    "open(sys.argv[1], 'w').write(repr(path))\n")
@@ -112,7 +112,7 @@ def test_the_controller_plugin_loads_without_torch():
     import subprocess
     script = ("import sys\n"
               "sys.modules['torch'] = None   # importing it now raises ImportError\n"
-              "import harness.plugin, harness.controller\n")
+              "import harness.engine.plugin, harness.engine.controller\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stderr[-2000:]

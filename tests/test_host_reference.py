@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.isolation import case_work
-from harness.problem import HOST_REFERENCE_WORK, build_problem
-from harness.reference import attention_baseline, attention_reference
+from harness.model.sizes import case_work
+from harness.model.problem import HOST_REFERENCE_WORK, build_problem
+from harness.model.reference import attention_baseline, attention_reference
 
 SMALL = {"head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2, "qo_lens": [3, 0, 17],
          "kv_lens": [5, 9, 40], "causal": True, "return_lse": True}
@@ -45,7 +45,7 @@ def test_a_problem_past_the_threshold_keeps_no_copy():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_on_a_gpu_a_small_case_is_judged_on_the_cpu_and_a_wrong_answer_still_fails():
-    from harness.execute import execute_case
+    from harness.engine.execute import execute_case
     from harness.targets import load_target
     target = load_target("bundled")
     case = next(c for c in target.cases(["valid"]) if c.expect == "match"
@@ -79,7 +79,7 @@ def _first_valid_case_of_each_route():
 def test_on_a_gpu_every_route_runs_its_first_valid_case_to_a_match(case):
     # Every route's whole GPU path (its plan's CPU tensors watched beside device ones, the
     # canaries, the reference on either side): a harness error on one route shows here.
-    from harness.execute import execute_case
+    from harness.engine.execute import execute_case
     from harness.targets import load_target
     result = execute_case(case, load_target("bundled"), "cuda")
     assert result.outcome == "match", (result.outcome, result.message)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import isolation, table
-from harness.targets.faults import fault_case
+from harness.engine import isolation
+from harness.results import table
+from fault_target import fault_case
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,147 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_build_info_names_platform_arch_hash_path():
     info = build.build_info()
-    assert set(info) == {"platform", "arch", "build_hash", "path"}
+    assert set(info) == {"platform", "arch", "build_hash", "path", "variant"}
     assert os.path.exists(info["path"]) and len(info["build_hash"]) == 64
     assert _lib.platform() == info["platform"]
+
+
+# The shipped library's C ABI (nm -D, defined functions not C++-mangled), as it was before the
+# kernel faults moved to the test-only library: the move must not change it.
+C_ABI = ["kernels_convert_host", "kernels_decode", "kernels_last_error", "kernels_ll4mi_decode",
+         "kernels_merge_state", "kernels_merge_state_in_place", "kernels_params_size", "kernels_plan",
+         "kernels_platform", "kernels_prefill", "kernels_schedule_len", "kernels_testonly_fault",
+         "kernels_warp_size"]
+TESTONLY_ABI = ["kernels_testonly_kernel_faults", "kernels_testonly_set_kernel_fault"]
+
+
+def _nm(path, *flags) -> list[str]:
+    if shutil.which("nm") is None:
+        pytest.skip("nm not installed")
+    out = subprocess.run(["nm", "-D", *flags, path], capture_output=True, text=True, check=True).stdout
+    return [ln.split() for ln in out.splitlines() if ln.strip()]
+
+
+def _c_exports(path) -> list[str]:
+    return sorted(f[2] for f in _nm(path, "--defined-only") if len(f) == 3 and f[1] == "T"
+                  and not f[2].startswith("_Z"))
+
+
+def test_default_library_exports_the_c_abi_and_reads_no_environment():
+    default, testonly = build.build_info("default")["path"], build.build_info("testonly")["path"]
+    assert _c_exports(default) == C_ABI
+    assert _c_exports(testonly) == sorted(C_ABI + TESTONLY_ABI)
+    undefined = {f[-1].split("@")[0] for f in _nm(default, "--undefined-only")}
+    assert not undefined & {"getenv", "secure_getenv", "__libc_getenv"}, undefined
+
+
+def test_fault_code_lives_only_in_the_test_only_sources():
+    """The shipped sources carry hook points (identity macros), never a fault's name or logic."""
+    for p in build.sources("default"):
+        text = p.read_text()
+        assert "TF_" not in text and "getenv" not in text, p.name
+    assert all(p.parent == build.CSRC for p in build.sources("default"))
+    assert {p.relative_to(build.CSRC).as_posix() for p in build.sources("testonly")} - {
+        p.name for p in build.sources("default")} == {"testonly/api.cpp", "testonly/faults.h"}
+    assert "testonly/api.cpp" in {p.relative_to(build.CSRC).as_posix() for p in build.compiled("testonly")}
+    assert "api.cpp" not in {p.relative_to(build.CSRC).as_posix() for p in build.compiled("testonly")}
+
+
+def test_cache_key_covers_each_variant_and_only_its_sources(tmp_path, monkeypatch):
+    tree = tmp_path / "csrc"
+    shutil.copytree(build.CSRC, tree)
+    monkeypatch.setattr(build, "CSRC", tree)
+    monkeypatch.setattr(build, "TESTONLY_DIR", tree / "testonly")
+    keys = lambda: (build.build_hash("host", "native"), build.build_hash("host", "native", "testonly"))
+    d0, t0 = keys()
+    assert d0 != t0
+    with open(tree / "testonly" / "faults.h", "a") as f:
+        f.write("// edited\n")
+    d1, t1 = keys()
+    assert d1 == d0 and t1 != t0  # a test-only edit leaves the shipped build's key alone
+    with open(tree / "attention.h", "a") as f:
+        f.write("// edited\n")
+    d2, t2 = keys()
+    assert d2 != d1 and t2 != t1
+    with pytest.raises(build.BuildError, match="variant is 'nope'"):
+        build.build_hash("host", "native", "nope")
+
+
+def test_default_library_has_no_fault(monkeypatch):
+    """softmax_no_max on large logits: wrong only on the test-only library; the shipped one,
+    built from the same sources, gives the right answer whatever fault is chosen elsewhere."""
+    import kernels
+    from kernels import testonly
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(5, 2, 16, generator=g) * 30, torch.randn(9, 2, 16, generator=g) * 30,
+               torch.randn(9, 2, 16, generator=g))
+    if _lib.platform() != "host":
+        q, k, v = q.cuda(), k.cuda(), v.cuda()
+    s = torch.einsum("qhd,khd->hqk", q.double(), k.double()) / 4
+    want = torch.einsum("hqk,khd->qhd", s.softmax(-1), v.double())
+    assert s.max() > 200  # exp(logit) overflows fp32 without a running max
+    right = lambda o: torch.allclose(o.double(), want, atol=1e-4, rtol=1e-4)
+    monkeypatch.setenv("KERNELS_TESTONLY", "1")
+    try:
+        testonly.use_fault_library("softmax_no_max")
+        assert kernels.build_info()["variant"] == "testonly" and testonly.active_fault() == "softmax_no_max"
+        assert not right(kernels.single_prefill_with_kv_cache(q, k, v))
+        testonly.use_fault_library(None)
+        assert right(kernels.single_prefill_with_kv_cache(q, k, v))
+        testonly.use_fault_library("softmax_no_max")
+    finally:
+        testonly.use_default_library()
+    assert kernels.build_info()["variant"] == "default" and testonly.active_fault() is None
+    assert right(kernels.single_prefill_with_kv_cache(q, k, v))
+
+
+def test_fault_library_refusals(monkeypatch):
+    from kernels import testonly
+    monkeypatch.delenv("KERNELS_TESTONLY", raising=False)
+    with pytest.raises(ValueError, match="set KERNELS_TESTONLY=1"):
+        testonly.use_fault_library("merge_no_max")
+    monkeypatch.setenv("KERNELS_TESTONLY", "1")
+    with pytest.raises(ValueError, match="kernel fault no_such: unknown; known: merge_no_max, "):
+        testonly.use_fault_library("no_such")
+    assert set(testonly.KERNEL_FAULTS) <= set(testonly.kernel_faults())
+    assert _lib._handle is None or testonly.active_fault() is None
+
+
+@pytest.mark.parametrize("env,words", [({"KERNELS_TESTONLY": "1", "KERNELS_TESTONLY_FAULT": "no_such"}, "unknown"),
+                                       ({"KERNELS_TESTONLY_FAULT": "merge_no_max"}, "KERNELS_TESTONLY=1"),
+                                       ({"KERNELS_TESTONLY": "1", "KERNELS_TESTONLY_FAULT": "softmax_no_max"},
+                                        "testonly softmax_no_max False")])
+def test_a_process_started_with_a_fault_loads_the_fault_library_once(env, words):
+    """The one environment read: the first call of a process picks the library; a bad setting
+    fails every call, naming it."""
+    code = textwrap.dedent("""
+        import torch, kernels
+        from kernels import testonly
+        q = torch.randn(3, 2, 16) * 40
+        for _ in range(2):
+            try:
+                o = kernels.single_prefill_with_kv_cache(q, q, q)
+                print(kernels.build_info()["variant"], testonly.active_fault(), torch.isfinite(o).all().item())
+            except ValueError as e:
+                print("refused:", e)
+    """)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KERNELS_TESTONLY")}
+    proc = subprocess.run([sys.executable, "-c", code], env={**base, **env, "PYTHONPATH": str(REPO),
+                                                             "KERNELS_PLATFORM": "host"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and all(words in ln for ln in lines), lines
+
+
+def test_gpu_compile_only_nvidia_testonly():
+    if build._find("nvcc", "/usr/local/cuda/bin/nvcc") is None:
+        pytest.skip("nvcc not installed")
+    proc = subprocess.run([sys.executable, "-m", "kernels.build", "--platform", "nvidia", "--arch", "sm_90",
+                           "--compile-only", "--variant", "testonly"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "variant: testonly" in proc.stdout
 
 
 def test_key_depends_on_platform_and_arch():

@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from harness.ledger import DEFAULT_PATH, apply_ledger, apply_ledger_per_arch, load_ledger
+from harness.results.ledger import DEFAULT_PATH, apply_ledger, apply_ledger_per_arch, load_ledger
 
 
 def rows():
@@ -80,7 +80,7 @@ def test_ledger_per_arch_applies_each_arch_its_own_entries(tmp_path):
 
     import pandas as pd
 
-    from harness.ledger import apply_ledger_per_arch
+    from harness.results.ledger import apply_ledger_per_arch
     path = tmp_path / "ledger.json"
     path.write_text(json.dumps([{"arch": "gfx942", "case_id": "r.op/f.v", "outcome": "wrong",
                                  "reason": "known on gfx942 only"}]))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import table
-from harness.targets.faults import fault_case
+from harness.results import table
+from fault_target import fault_case
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.problem import build_problem
-from harness.reference import NoReference, attention_reference, merge_reference, visible_mask
+from harness.model.problem import build_problem
+from harness.model.reference import NoReference, attention_reference, merge_reference, visible_mask
 
 BASE = {"dtype": "fp32", "head_dim": 16, "num_qo_heads": 4}
 
@@ -181,7 +181,7 @@ def test_missing_key_is_named():
 
 
 def test_long_requests_are_computed_in_row_blocks(monkeypatch):
-    import harness.reference as reference
+    import harness.model.reference as reference
     problem = build_problem({**BASE, "qo_lens": [9, 0], "kv_lens": [12, 3], "causal": True,
                              "window_left": 4}, seed=2, device="cpu")
     whole = attention_reference(problem)
@@ -194,7 +194,7 @@ def test_long_requests_are_computed_in_row_blocks(monkeypatch):
 
 
 def test_undividable_group_spreads_q_heads_over_every_kv_head():
-    from harness.reference import kv_head_map
+    from harness.model.reference import kv_head_map
     assert kv_head_map(12, 8).tolist() == [0, 0, 1, 2, 2, 3, 4, 4, 5, 6, 6, 7]
     assert kv_head_map(8, 2).tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(ValueError, match="num_kv_heads=0"):

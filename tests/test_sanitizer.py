@@ -18,8 +18,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import cli, sanitizer, table
-from harness.targets.faults import fault_case
+from harness import cli
+from harness.tools import sanitizer
+from harness.results import table
+from fault_target import fault_case
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -330,7 +332,8 @@ def no_run(monkeypatch):
     """A usage error must come before any case runs."""
     def refuse(*args, **kwargs):
         raise AssertionError("a case ran")
-    monkeypatch.setattr(cli, "run_check_child", refuse)
+    from harness.tools import check
+    monkeypatch.setattr(check, "run_check_child", refuse)
 
 
 def test_sanitizer_without_a_gpu_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, no_run):

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from harness.case import Case
-from harness.shrink import LEGAL_HEAD_DIMS, shrink, shrunk_case, write_case_file, load_case_json
+from harness.model.case import Case
+from harness.tools.shrink import LEGAL_HEAD_DIMS, shrink, shrunk_case, write_case_file, load_case_json
 
 
 def case(**over):
@@ -80,7 +80,7 @@ def test_case_file_round_trips(tmp_path):
     ('raise ValueError("params[head_dim]")', None),
 ])
 def test_subprocess_step_maps_repro_results(tmp_path, body, expected):
-    from harness.shrink import subprocess_step
+    from harness.tools.shrink import subprocess_step
     fake = tmp_path / "fake-python"
     fake.write_text(f"#!{sys.executable}\nimport json, os, signal, sys\n"
                     f"assert sys.argv[1:4] == ['-m', 'harness', 'repro']\n{body}\n")
@@ -105,7 +105,7 @@ def test_the_printed_repro_command_is_the_harness_command_and_files_go_under_cwd
                                                                               monkeypatch):
     import argparse
 
-    from harness.shrink import add_arguments, repro_command
+    from harness.tools.shrink import add_arguments, repro_command
     small = shrunk_case(case(), {**case().params, "qo_lens": [1, 1, 1, 1]})
     path = write_case_file(small, tmp_path)
     command = repro_command(small, path, "bundled", "all")

@@ -4,7 +4,7 @@ import multiprocessing as mp
 
 import pytest
 
-from harness import table
+from harness.results import table
 
 
 def _row(case_id="fa2.single_prefill/valid.x/fp16", **kw):

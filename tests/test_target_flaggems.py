@@ -21,8 +21,8 @@ import torch
 
 import cases as families
 from stand_in_helpers import assert_all_match, sample
-from harness.case import Case
-from harness.execute import execute_case
+from harness.model.case import Case
+from harness.engine.execute import execute_case
 from harness.targets import TARGETS
 from harness.targets import flaggems as fg_target
 

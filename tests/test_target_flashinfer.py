@@ -15,8 +15,8 @@ import torch
 
 import cases as families
 from stand_in_helpers import assert_all_match, sample
-from harness.case import Case
-from harness.execute import execute_case
+from harness.model.case import Case
+from harness.engine.execute import execute_case
 from harness.targets import flashinfer as fi_target
 
 LOG2E = 1.0 / math.log(2.0)
@@ -212,7 +212,7 @@ def test_make_target_without_a_gpu_names_what_to_install(monkeypatch):
 
 
 def test_every_family_reaches_flashinfer_routes_by_op_with_the_bundled_seeds(target):
-    from harness.routes import BUNDLED_ROUTES
+    from harness.model.routes import BUNDLED_ROUTES
     moved = target.cases(["graph_replan", "restaged_indptr", "small_head"])
     assert {c.route for c in moved} >= {"fi_fa2.paged_prefill", "fi_fa2.batch_decode",
                                         "fi_tc.batch_decode"}

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import cases as families
-from harness.case import Case
-from harness.execute import execute_case
-from harness.reference import visible_mask
+from harness.model.case import Case
+from harness.engine.execute import execute_case
+from harness.model.reference import visible_mask
 from harness.targets import load_target
 from harness.targets.torch_sdpa import bottom_right_mask
 

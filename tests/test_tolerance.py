@@ -1,4 +1,4 @@
-"""The tolerance model (harness/tolerance.py) separates right answers from real defects.
+"""The tolerance model (harness/model/tolerance.py) separates right answers from real defects.
 
 Each simulated kernel below computes from the problem's own dtype inputs, as a
 library would; the judge is the engine's (execute.judge: the baseline-scaled
@@ -12,11 +12,11 @@ import math
 import pytest
 import torch
 
-from harness.compare import compare, summarize
-from harness.execute import judge
-from harness.problem import build_problem
-from harness.reference import attention_baseline, attention_reference, visible_mask
-from harness.tolerance import K, LSE_ATOL, output_tolerance
+from harness.model.compare import compare, summarize
+from harness.engine.execute import judge
+from harness.model.problem import build_problem
+from harness.model.reference import attention_baseline, attention_reference, visible_mask
+from harness.model.tolerance import K, LSE_ATOL, output_tolerance
 
 
 def _repeat_kv(t, group):

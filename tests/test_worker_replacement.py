@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.controller import no_replacement_after_the_end
+from harness.engine.controller import no_replacement_after_the_end
 
 
 def dsession(finished: bool):

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from harness.capabilities import Capabilities
+from harness.model.capabilities import Capabilities
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-    from harness.case import Case
-    from harness.problem import Problem
-    from harness.builders import Buffers
+    from harness.model.case import Case
+    from harness.model.problem import Problem
+    from harness.model.builders import Buffers
 
 
 def device_platform(device) -> str:
@@ -32,7 +32,7 @@ class Target:
 
     It declares its routes ("<backend>.<op>") and capabilities; the families'
     cases reach it by op, and a case needing what it lacks is skipped with the
-    capability named (harness/capabilities.py).
+    capability named (harness/model/capabilities.py).
     """
     name: str = "?"
     routes: tuple[str, ...] = ()
@@ -82,3 +82,15 @@ class Target:
         Call buffers.stage("plan"/"run") as the calls progress.
         """
         raise NotImplementedError
+
+    def standalone_source(self, case: "Case") -> str | None:
+        """Python source defining `def call(inputs: dict) -> dict` for a standalone script.
+
+        `inputs` holds the case's logical tensors ("q", "k", "v": one [rows, heads, dim]
+        tensor per request, on the device the case ran on); call() makes this target's
+        calls from them the way run() does, using only torch and the library, and returns
+        {"o": [rows, heads, dim]} plus {"lse": [rows, heads]} (natural log) when the case
+        asks for it. None: this target cannot write one; raise Skip(reason) when it can
+        for other cases but not this one.
+        """
+        return None

@@ -19,7 +19,7 @@ The routes themselves are the neutral FlashInfer-shaped core's
 (harness/targets/plan_run/); this module says only what the bundled library
 differs in: its module and its decode backends. Params (layout, page_size,
 cache_form, strided, mismatch, scenario, ...) are declared once, with their
-meaning, in harness/params.py.
+meaning, in harness/model/params.py.
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from typing import Mapping
 
 import torch
 
-from harness.capabilities import FEATURES, Capabilities
-from harness.routes import BUNDLED_ROUTES, OPS as ALL_OPS
+from harness.model.capabilities import FEATURES, Capabilities
+from harness.model.routes import BUNDLED_ROUTES, OPS as ALL_OPS
 from harness.targets import plan_run
 from harness.targets.base import Skip, Target
 from harness.targets.plan_run.call import Call
@@ -80,7 +80,7 @@ class BundledTarget(Target):
 
     def commit(self) -> str:
         # The library lives in this repository, so its commit is the repository's.
-        from harness.platform_info import repo_commit
+        from harness.model.platform_info import repo_commit
         return repo_commit()
 
     def platform(self) -> str:
@@ -91,6 +91,269 @@ class BundledTarget(Target):
             raise Skip(f"the bundled library has no route {case.route!r}")
         return plan_run.run(BundledCall(case, problem, buffers, self.capabilities.features))
 
+    def standalone_source(self, case) -> str | None:
+        """`def call(inputs) -> dict` for the standalone script (Target.standalone_source)."""
+        why = standalone_unsupported(case)
+        if why:
+            raise Skip(why)
+        return standalone_call_source(case)
+
 
 def make_target() -> BundledTarget:
     return BundledTarget()
+
+
+# ------------------------------------------------------------------ standalone scripts
+#
+# `harness repro CASE --standalone` writes a script that needs only torch and this library:
+# the source below is this adapter's calls (harness/targets/plan_run/routes.py) written out
+# with nothing of the harness left, so whoever reads the script reads the calls that failed.
+
+_STANDALONE_OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
+                   "batch_decode")
+_STANDALONE_STRIDED = ("q", "k", "v", "out", "lse", "k_cache", "v_cache", "kv_cache",
+                       "q_heads", "k_heads", "v_heads", "kv_indptr", "kv_indices",
+                       "last_page_len", "qo_indptr")
+# Past this many pool elements the harness poisons only pages near the owned ones; a
+# script filling the whole pool would not hand the library the same memory.
+_STANDALONE_POOL_ELEMS = 1 << 26
+
+
+def standalone_unsupported(case) -> str | None:
+    """Why this adapter cannot write `case` as a standalone script, or None when it can."""
+    params = case.params
+    if case.op not in _STANDALONE_OPS:
+        return f"the standalone script covers {', '.join(_STANDALONE_OPS)}, not {case.op}"
+    for key, why in (("scenario", "a multi-call scenario"), ("mismatch", "a mis-planned run()"),
+                     ("partial_state", "a run() merging into a partial state")):
+        if params.get(key):
+            return f"{why} ({key}) has no standalone script yet"
+    strided = params.get("strided")
+    if strided and strided not in _STANDALONE_STRIDED:
+        return f"strided {strided!r} has no standalone script yet"
+    if case.op in ("paged_prefill", "batch_decode"):
+        from harness.model.problem import normalize
+        p = normalize(params)
+        page = int(params.get("page_size", 16))
+        pages = sum(-(-n // page) for n in p["kv_lens"]) + int(params.get("page_id_offset", 0))
+        if pages * page * p["num_kv_heads"] * max(p["head_dim"], p["head_dim_vo"]) \
+                > _STANDALONE_POOL_ELEMS:
+            return "the paged pool is too large to fill whole in a script"
+    return None
+
+
+def standalone_config(case) -> dict:
+    """The literal settings the script's call() reads: the params the adapter reads, with the
+    page order the harness drew (its shuffle is seeded by the case) spelled out."""
+    from harness.model.problem import normalize
+    from harness.targets.layout import page_ids
+    p, params = normalize(case.params), case.params
+    cfg = {
+        "op": case.op, "layout": params.get("layout", "NHD"), "strided": params.get("strided"),
+        "index_dtype": dict(params.get("index_dtype") or {}),
+        "out_form": params.get("out_form", "given"), "sm_scale": params.get("sm_scale"),
+        "causal": p["causal"], "window_left": p["window_left"], "return_lse": p["return_lse"],
+        "qo_lens": p["qo_lens"], "kv_lens": p["kv_lens"], "num_qo_heads": p["num_qo_heads"],
+        "num_kv_heads": p["num_kv_heads"], "head_dim": p["head_dim"],
+        "head_dim_vo": p["head_dim_vo"], "use_cuda_graph": bool(params.get("use_cuda_graph")),
+        "max_kv_chunk": params.get("max_kv_chunk"),
+        "workspace_bytes": int(params.get("workspace_bytes", 32 << 20)),
+    }
+    if case.op in ("paged_prefill", "batch_decode"):
+        page = int(params.get("page_size", 16))
+        offset = int(params.get("page_id_offset", 0))
+        total = sum(-(-n // page) for n in p["kv_lens"])
+        cfg.update(page_size=page, page_id_offset=offset, cache_form=params.get("cache_form", "tuple"),
+                   page_ids=page_ids(total, params.get("page_order", "shuffled"), offset, case.seed))
+    if case.op == "batch_decode":
+        cfg["decode_backend"] = list(DECODE_BACKENDS[case.backend])
+    return cfg
+
+
+def standalone_call_source(case) -> str:
+    """`def call(inputs) -> dict` for this case, as the bundled adapter makes its calls."""
+    import pprint
+    cfg = pprint.pformat(standalone_config(case), width=96, compact=True)
+    return f"import kernels\n\nCFG = {cfg}\n\n{_STANDALONE_CALL}"
+
+
+_STANDALONE_CALL = '''
+NAN = float("nan")
+
+
+def _poisoned(shape, like):
+    # Slots a kernel must never read hold poison, so one that ignores a stride reads NaN.
+    fill = NAN if like.dtype.is_floating_point else -(2 ** 30)
+    return torch.full(shape, fill, dtype=like.dtype, device=like.device)
+
+
+def _passed(name, t):
+    """The tensor as the case hands it over: a view whose hidden slots hold poison."""
+    if CFG["strided"] == name:                        # stride(-1) == 2
+        view = _poisoned((*t.shape[:-1], 2 * t.shape[-1]), t)[..., ::2]
+        view.copy_(t)
+        return view
+    if CFG["strided"] == name + "_heads":             # [rows, H, D] cut from [rows, H + 1, D]
+        t3 = t if t.dim() == 3 else t.unsqueeze(1)
+        view = _poisoned((t3.shape[0], t3.shape[1] + 1, t3.shape[2]), t3)[:, :t3.shape[1]]
+        view.copy_(t3)
+        return view if t.dim() == 3 else view.squeeze(1)
+    return t
+
+
+def _index(name, values, device):
+    dtype = torch.int64 if CFG["index_dtype"].get(name) == "int64" else torch.int32
+    t = torch.as_tensor(values, dtype=torch.int64).to(dtype).to(device)
+    if CFG["strided"] == name:                        # every other element, poison between
+        view = _poisoned((t.shape[0] * 2, *t.shape[1:]), t)[::2]
+        view.copy_(t)
+        t = view
+    return t
+
+
+def _output(name, shape, dtype, device):
+    """A caller's out=/lse= buffer, NaN until written; None when the library allocates."""
+    if CFG["out_form"] != "given":
+        return None
+    if CFG["strided"] == name:
+        return torch.full((*shape[:-1], 2 * shape[-1]), NAN, dtype=dtype, device=device)[..., ::2]
+    return torch.full(shape, NAN, dtype=dtype, device=device)
+
+
+def _read(returned, out, lse):
+    """What the caller reads: the buffers it handed over, else what the call returned."""
+    if out is not None:
+        return out, lse
+    if CFG["return_lse"]:
+        return returned
+    return returned, None
+
+
+def _layout(t):
+    return t.contiguous() if CFG["layout"] == "NHD" else t.transpose(0, 1).contiguous()
+
+
+def _paged(k_list, v_list, dtype, device):
+    """A paged cache holding each request's k/v on its pages; every other slot is NaN."""
+    ps, ids = CFG["page_size"], CFG["page_ids"]
+    pool = max(CFG["page_id_offset"] + len(ids), 1)
+    hkv, d, dv = CFG["num_kv_heads"], CFG["head_dim"], CFG["head_dim_vo"]
+    k_pages = torch.full((pool, ps, hkv, d), NAN, dtype=dtype, device=device)
+    v_pages = torch.full((pool, ps, hkv, dv), NAN, dtype=dtype, device=device)
+    indptr, indices, last = [0], [], []
+    for k, v, n in zip(k_list, v_list, CFG["kv_lens"]):
+        count = -(-n // ps)
+        mine = ids[indptr[-1]:indptr[-1] + count]
+        for i, page in enumerate(mine):
+            lo, hi = i * ps, min(n, (i + 1) * ps)
+            if hi > lo:
+                k_pages[page, :hi - lo] = k[lo:hi]
+                v_pages[page, :hi - lo] = v[lo:hi]
+        indices.extend(mine)
+        indptr.append(indptr[-1] + count)
+        last.append(n - (count - 1) * ps if n else 0)
+    if CFG["layout"] == "HND":
+        k_pages = k_pages.transpose(1, 2).contiguous()
+        v_pages = v_pages.transpose(1, 2).contiguous()
+    if CFG["cache_form"] == "single":
+        cache = _passed("kv_cache", torch.stack((k_pages, v_pages), dim=1))
+    else:
+        cache = (_passed("k_cache", k_pages), _passed("v_cache", v_pages))
+    idx = dict(kv_indptr=_index("kv_indptr", indptr, "cpu"),
+               kv_indices=_index("kv_indices", indices, device),
+               last_page_len=_index("last_page_len", last, "cpu"))
+    return cache, idx
+
+
+def _graph_buffers(names, n_indices, device):
+    """Caller-owned capacity buffers of a CUDA-graph-mode wrapper, sized to this batch."""
+    if not CFG["use_cuda_graph"]:
+        return {}
+    b = len(CFG["qo_lens"])
+    sizes = (b + 1, b + 1, max(1, n_indices), b)
+    return {name: torch.empty(n, dtype=torch.int32, device=device)
+            for name, n in zip(names, sizes) if name}
+
+
+def _dims(dtype):
+    return dict(num_qo_heads=CFG["num_qo_heads"], num_kv_heads=CFG["num_kv_heads"],
+                window_left=CFG["window_left"], sm_scale=CFG["sm_scale"], q_data_type=dtype,
+                kv_data_type=dtype, max_kv_chunk=CFG["max_kv_chunk"])
+
+
+def call(inputs):
+    """The library's calls for this case; outputs in the logical layout [rows, heads, dim]."""
+    qs, ks, vs = inputs["q"], inputs["k"], inputs["v"]
+    dtype, device = qs[0].dtype, qs[0].device
+    hq, dv, lse_on = CFG["num_qo_heads"], CFG["head_dim_vo"], CFG["return_lse"]
+    rows = sum(CFG["qo_lens"])
+    op = CFG["op"]
+    if op == "single_decode":
+        q = _passed("q", qs[0][0].contiguous())                      # [Hq, D]
+        k, v = _passed("k", _layout(ks[0])), _passed("v", _layout(vs[0]))
+        out = _output("out", (hq, dv), dtype, device)
+        lse = _output("lse", (hq,), torch.float32, device) if lse_on else None
+        returned = kernels.single_decode_with_kv_cache(
+            q, k, v, kv_layout=CFG["layout"], window_left=CFG["window_left"],
+            sm_scale=CFG["sm_scale"], return_lse=lse_on, use_tensor_cores=False, out=out, lse=lse)
+        out, lse = _read(returned, out, lse)
+        return {"o": out.unsqueeze(0), **({"lse": lse.unsqueeze(0)} if lse_on else {})}
+    out = _output("out", (rows, hq, dv), dtype, device)
+    lse = _output("lse", (rows, hq), torch.float32, device) if lse_on else None
+    if op == "single_prefill":
+        q = _passed("q", qs[0].contiguous())
+        k, v = _passed("k", _layout(ks[0])), _passed("v", _layout(vs[0]))
+        returned = kernels.single_prefill_with_kv_cache(
+            q, k, v, causal=CFG["causal"], kv_layout=CFG["layout"],
+            window_left=CFG["window_left"], sm_scale=CFG["sm_scale"], return_lse=lse_on,
+            out=out, lse=lse)
+    else:
+        workspace = torch.empty(CFG["workspace_bytes"], dtype=torch.uint8, device=device)
+        graph = CFG["use_cuda_graph"]
+        qo_indptr = [0]
+        for n in CFG["qo_lens"]:
+            qo_indptr.append(qo_indptr[-1] + n)
+        if op == "ragged_prefill":
+            kv_indptr = [0]
+            for n in CFG["kv_lens"]:
+                kv_indptr.append(kv_indptr[-1] + n)
+            plan_qo = _index("qo_indptr", qo_indptr, "cpu")
+            plan_kv = _index("kv_indptr", kv_indptr, "cpu")
+            wrapper = kernels.BatchPrefillWithRaggedKVCacheWrapper(
+                workspace, kv_layout="NHD", use_cuda_graph=graph,
+                **_graph_buffers(("qo_indptr_buf", "kv_indptr_buf", None, None), 0, device))
+            q = _passed("q", torch.cat(qs))
+            k, v = _passed("k", torch.cat(ks)), _passed("v", torch.cat(vs))
+            wrapper.plan(qo_indptr=plan_qo, kv_indptr=plan_kv, head_dim_qk=CFG["head_dim"],
+                         head_dim_vo=dv, causal=CFG["causal"], **_dims(dtype))
+            returned = wrapper.run(q, k, v, out=out, lse=lse, return_lse=lse_on)
+        elif op == "paged_prefill":
+            cache, idx = _paged(ks, vs, dtype, device)
+            plan_qo = _index("qo_indptr", qo_indptr, "cpu")
+            wrapper = kernels.BatchPrefillWithPagedKVCacheWrapper(
+                workspace, kv_layout=CFG["layout"], use_cuda_graph=graph,
+                **_graph_buffers(("qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_buf",
+                                  "paged_kv_last_page_len_buf"), len(CFG["page_ids"]), device))
+            q = _passed("q", torch.cat(qs))
+            wrapper.plan(qo_indptr=plan_qo, paged_kv_indptr=idx["kv_indptr"],
+                         paged_kv_indices=idx["kv_indices"],
+                         paged_kv_last_page_len=idx["last_page_len"], head_dim_qk=CFG["head_dim"],
+                         page_size=CFG["page_size"], head_dim_vo=dv, causal=CFG["causal"],
+                         **_dims(dtype))
+            returned = wrapper.run(q, cache, out=out, lse=lse, return_lse=lse_on)
+        else:   # batch_decode
+            cache, idx = _paged(ks, vs, dtype, device)
+            backend, tensor_cores = CFG["decode_backend"]
+            wrapper = kernels.BatchDecodeWithPagedKVCacheWrapper(
+                workspace, kv_layout=CFG["layout"], use_cuda_graph=graph,
+                use_tensor_cores=tensor_cores, backend=backend,
+                **_graph_buffers((None, "paged_kv_indptr_buffer", "paged_kv_indices_buffer",
+                                  "paged_kv_last_page_len_buffer"), len(CFG["page_ids"]), device))
+            q = _passed("q", torch.cat(qs))
+            wrapper.plan(indptr=idx["kv_indptr"], indices=idx["kv_indices"],
+                         last_page_len=idx["last_page_len"], head_dim=CFG["head_dim"],
+                         page_size=CFG["page_size"], **_dims(dtype))
+            returned = wrapper.run(q, cache, out=out, lse=lse, return_lse=lse_on)
+    out, lse = _read(returned, out, lse)
+    return {"o": out[:rows], **({"lse": lse[:rows]} if lse_on else {})}
+'''

@@ -41,7 +41,7 @@ in that layout, as vLLM hands a stride-permuted cache to flash-attn:
   single      one [pages, 2, ...] cache, passed as its k and v halves (views)
   ragged HND  skipped, as in the bundled adapter (packed k/v are token-major)
 
-Params (harness/params.py documents them): layout, page_size, cache_form,
+Params (harness/model/params.py documents them): layout, page_size, cache_form,
 page_order, page_id_offset, strided, index_dtype and mismatch map onto the call;
 max_kv_chunk and workspace_bytes tune a planner this API does not have and are
 not passed (FlagGems refuses num_splits > 0); use_cuda_graph, partial_state and
@@ -59,7 +59,7 @@ analogue: no argument states either, so a cache with other heads or pages is
 another valid problem the call cannot tell apart, and such a case is skipped.
 
 Refusals. FlagGems checks its inputs with `assert`. The engine treats an
-AssertionError as an adapter bug (harness/execute.py HARNESS_ERRORS), so one
+AssertionError as an adapter bug (harness/engine/execute.py HARNESS_ERRORS), so one
 raised inside the library is re-raised as LibraryAssertionError, a
 RuntimeError whose message is the assertion's own text, or, for a bare
 assert, the assert statement and its place in FlagGems' source as the
@@ -72,7 +72,7 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.capabilities import Capabilities
+from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target, device_platform
 from harness.targets.case_calls import CaseCalls
 from harness.targets.layout import block_table, build_paged, to_layout

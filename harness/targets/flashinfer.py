@@ -18,7 +18,7 @@ which keeps the same API. Routes, each a separate backend:
                            merge_state_in_place
 
 The batch routes and the multi-call scenarios are the neutral core's
-(harness/targets/plan_run/); params are harness/params.py's. What FlashInfer
+(harness/targets/plan_run/); params are harness/model/params.py's. What FlashInfer
 has no analogue for is a capability it lacks (the case is skipped naming
 it): fp32 inputs, run(partial_state=), a caller-set KV split (max_kv_chunk:
 its plan() picks its own split schedule, so it is not passed and the case
@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.capabilities import Capabilities
+from harness.model.capabilities import Capabilities
 from harness.targets import plan_run
 from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import to_layout

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.builders import every_other, head_sliced, strided_last_dim
+from harness.model.builders import every_other, head_sliced, strided_last_dim
 from harness.targets.base import Skip
 
 # Index tensors the strided family may name; every other name is a float tensor.

@@ -17,7 +17,7 @@ How a case becomes a call:
            HND a contiguous [1, Hkv, S, D]
   GQA      enable_gqa=True whenever Hq != Hkv; head counts that do not divide
            go to torch as they are: its refusal is the row
-  mask     bottom-right causal and sliding window (harness/reference.py):
+  mask     bottom-right causal and sliding window (harness/model/reference.py):
            is_causal=True only where top-left and bottom-right coincide
            (L == S, no window), no mask where every kv is visible, an
            explicit boolean mask otherwise
@@ -46,7 +46,7 @@ from typing import Callable, Mapping
 import torch
 import torch.nn.functional as F
 
-from harness.capabilities import Capabilities
+from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import Views, to_layout
 
@@ -291,7 +291,7 @@ class SdpaTarget(Target):
         if not divides:
             return result
         if case.expect == "refuse":
-            from harness.reference import attention_reference
+            from harness.model.reference import attention_reference
             result["expected"] = {"o": attention_reference(p)["o"]}
             return result
         if lse_op is None:
@@ -304,6 +304,15 @@ class SdpaTarget(Target):
         lse = lse_op(q, k, v, mask, is_causal, scale)
         result["lse"] = _lse_rows(lse, qo_len, p.num_qo_heads)
         return result
+
+    def standalone_source(self, case) -> str | None:
+        """`def call(inputs) -> dict` for the standalone script (Target.standalone_source)."""
+        for key, why in _NO_ANALOGUE.items():
+            if case.params.get(key) is not None:
+                raise Skip(why)
+        if case.backend not in self.backends or case.op not in OPS:
+            raise Skip(f"torch-sdpa has no route {case.route!r} on this machine")
+        return standalone_call_source(case, self.device)
 
 
 def _call_sdpa(backend, q, k, v, mask, is_causal, scale, gqa) -> torch.Tensor:
@@ -345,7 +354,7 @@ def _probe(backend: str, device: torch.device) -> str | None:
 
 
 def make_target(device: torch.device | str | None = None) -> SdpaTarget:
-    from harness import platform_info
+    from harness.model import platform_info
     device = torch.device(device) if device is not None else platform_info.device()
     have, notes = [], {}
     for backend in BACKENDS:
@@ -355,3 +364,129 @@ def make_target(device: torch.device | str | None = None) -> SdpaTarget:
         else:
             notes[backend] = why
     return SdpaTarget(device=device, backends=tuple(have), probe_notes=notes)
+
+
+# ------------------------------------------------------------------ standalone scripts
+#
+# The same calls as SdpaTarget.run, written out for `harness repro CASE --standalone`: the
+# script needs torch alone, so whoever reads it reads exactly what SDPA was handed.
+
+_STANDALONE_LSE_OPS = {_lse_cpu_flash: "cpu_flash", _lse_cuda_flash: "cuda_flash",
+                       _lse_efficient: "efficient", _lse_cudnn: "cudnn"}
+
+
+def standalone_call_source(case, device) -> str:
+    """`def call(inputs) -> dict` for this case, as SdpaTarget.run makes its calls."""
+    import pprint
+    from harness.model.problem import normalize
+    p = normalize(case.params)
+    hq, hkv = p["num_qo_heads"], p["num_kv_heads"]
+    lse_op = _lse_op(case.backend, torch.device(device)) if p["return_lse"] else None
+    cfg = {"op": case.op, "backend": BACKENDS[case.backend], "layout": case.params.get("layout", "NHD"),
+           "strided": case.params.get("strided"), "causal": p["causal"],
+           "window_left": p["window_left"], "sm_scale": p["sm_scale"],
+           "return_lse": p["return_lse"],
+           # The LSE comes from the backend's own op only where the harness asks it for one.
+           "lse_op": (_STANDALONE_LSE_OPS.get(lse_op)
+                      if lse_op is not None and hkv > 0 and hq % hkv == 0
+                      and case.expect != "refuse" else None)}
+    text = pprint.pformat(cfg, width=96, compact=True)
+    return f"import torch.nn.functional as F\nfrom torch.nn.attention import SDPBackend, sdpa_kernel\n\nCFG = {text}\n\n{_STANDALONE_CALL}"
+
+
+_STANDALONE_CALL = '''
+def _passed(name, t):
+    """The tensor as the case hands it over: a view whose hidden slots hold NaN."""
+    if CFG["strided"] == name:                        # stride(-1) == 2
+        view = torch.full((*t.shape[:-1], 2 * t.shape[-1]), float("nan"), dtype=t.dtype,
+                          device=t.device)[..., ::2]
+        view.copy_(t)
+        return view
+    if CFG["strided"] == name + "_heads":             # [rows, H, D] cut from [rows, H + 1, D]
+        t3 = t if t.dim() == 3 else t.unsqueeze(1)
+        view = torch.full((t3.shape[0], t3.shape[1] + 1, t3.shape[2]), float("nan"),
+                          dtype=t.dtype, device=t.device)[:, :t3.shape[1]]
+        view.copy_(t3)
+        return view if t.dim() == 3 else view.squeeze(1)
+    return t
+
+
+def _layout(t):
+    return t.contiguous() if CFG["layout"] == "NHD" else t.transpose(0, 1).contiguous()
+
+
+def _mask(qo_len, kv_len, device):
+    """Bool [L, S], True = visible, bottom-right aligned; None where every key is visible."""
+    shift = kv_len - qo_len
+    keep = torch.ones(qo_len, kv_len, dtype=torch.bool, device=device)
+    if CFG["causal"]:
+        keep = keep.tril(diagonal=shift)
+    if CFG["window_left"] >= 0:
+        keep = keep.triu(diagonal=shift - CFG["window_left"])
+    return None if bool(keep.all()) else keep
+
+
+def _additive(mask, dtype, align=1):
+    if mask is None:
+        return None
+    rows, cols = mask.shape
+    padded = -(-cols // align) * align
+    bias = torch.zeros(rows, padded, dtype=dtype, device=mask.device)[:, :cols]
+    return bias.masked_fill_(~mask, float("-inf"))
+
+
+def _bias4d(q, mask):
+    bias = _additive(mask, q.dtype, 16)
+    return None if bias is None else bias.expand(q.shape[0], q.shape[1], *bias.shape)
+
+
+def _heads_of(q, k, v):
+    group = q.shape[1] // k.shape[1]
+    if group == 1:
+        return k, v
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
+def _lse(q, k, v, mask, is_causal, scale):
+    """The logsumexp from the op SDPA dispatches to (the public function returns none)."""
+    which = CFG["lse_op"]
+    if which == "cpu_flash":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, attn_mask=_additive(mask, q.dtype), scale=scale)[1]
+    k, v = _heads_of(q, k, v)
+    if which == "cuda_flash":
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, 0.0, is_causal, False, scale=scale)[1]
+    if which == "efficient":
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, _bias4d(q, mask), True, 0.0, is_causal, scale=scale)[1]
+    return torch.ops.aten._scaled_dot_product_cudnn_attention(
+        q, k, v, _bias4d(q, mask), True, 0.0, is_causal, False, scale=scale)[1]
+
+
+def call(inputs):
+    """SDPA under one backend; outputs in the logical layout [rows, heads, dim]."""
+    qs, ks, vs = inputs["q"], inputs["k"], inputs["v"]
+    if CFG["op"] == "single_decode":
+        q = _passed("q", qs[0][0].contiguous()).unsqueeze(1)          # [Hq, 1, D]
+    else:
+        q = _passed("q", qs[0].contiguous()).transpose(0, 1)          # [Hq, L, D]
+    k, v = _passed("k", _layout(ks[0])), _passed("v", _layout(vs[0]))
+    if CFG["layout"] == "NHD":
+        k, v = k.transpose(0, 1), v.transpose(0, 1)                   # [Hkv, S, D]
+    q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    qo_len, kv_len = q.shape[2], k.shape[2]
+    mask = _mask(qo_len, kv_len, q.device)
+    is_causal = mask is not None and qo_len == kv_len and CFG["window_left"] < 0
+    if is_causal:
+        mask = None
+    scale = None if CFG["sm_scale"] is None else float(CFG["sm_scale"])
+    with sdpa_kernel([getattr(SDPBackend, CFG["backend"])]):
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                           scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    result = {"o": o[0].transpose(0, 1)}
+    if CFG["lse_op"]:
+        lse = _lse(q, k, v, mask, is_causal, scale)
+        result["lse"] = lse.reshape(q.shape[1], -1)[:, :qo_len].transpose(0, 1).float()
+    return result
+'''

@@ -54,7 +54,7 @@ class Call(CaseCalls):
     # What a target's library differs in: each target's Call subclass says.
     def __init__(self, case, problem, buffers, features=frozenset()):
         super().__init__(case, problem, buffers)
-        self.features = features     # the target's declared features (harness/capabilities.py)
+        self.features = features     # the target's declared features (harness/model/capabilities.py)
 
     @property
     def graphs(self):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.problem import DTYPES
+from harness.model.problem import DTYPES
 from harness.targets.base import Skip
 
 

@@ -42,7 +42,7 @@ from dataclasses import replace
 
 import torch
 
-from harness.reference import attention_reference
+from harness.model.reference import attention_reference
 from harness.targets.base import Skip
 from harness.targets.layout import build_paged
 from harness.targets.plan_run import replan

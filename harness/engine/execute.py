@@ -1,0 +1,275 @@
+"""Run one case against one target in this process and classify it.
+
+Stages: "build inputs" -> (the adapter's "plan", "run") -> "compare". The
+stage reached is recorded on the result, and on_stage is told at every step
+so that a worker that dies can still say where.
+
+What is a harness error (raised) and what is an outcome (returned):
+- bad params are a case bug: build_problem's ValueError propagates;
+- an exception out of target.run is the library refusing: an outcome;
+- a case with no reference (a GQA group that does not divide) that runs
+  without error is `silent` when it must be refused, and a case bug
+  otherwise: it can never be checked.
+"""
+from __future__ import annotations
+
+import copy
+import re
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+import torch
+
+from harness.model import platform_info
+from harness.model.builders import Buffers
+from harness.model.case import Case
+from harness.model.classify import (Verdict, classify, crash_verdict, error_text,
+                              harness_error_verdict)
+from harness.model.compare import compare, missing, summarize
+from harness.model.params import ReadParams
+from harness.model.problem import build_problem, normalize
+from harness.model.reference import NoReference, attention_baseline, attention_reference
+from harness.model.tolerance import lse_tolerance, output_tolerance
+from harness.targets.base import Skip, Target
+
+
+class CaseBug(RuntimeError):
+    """The case itself is inconsistent (not a library outcome)."""
+
+
+@dataclass
+class CaseResult:
+    outcome: str
+    passed: bool
+    max_abs_diff: float | None
+    n_wrong: int | None
+    n_total: int | None
+    first_bad_index: tuple | None
+    message: str
+    error_type: str
+    stage: str
+    duration_s: float
+    tolerance: float | None = None
+    baseline_error: float | None = None
+    rel_error: float | None = None
+    error_ratio: float | None = None
+    # What the library returned (on the CPU), for comparing repeats bitwise;
+    # never written to a row.
+    outputs: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        row = asdict(self)
+        row.pop("outputs")
+        if self.first_bad_index is not None:
+            row["first_bad_index"] = list(self.first_bad_index)
+        return row
+
+
+# A sticky device fault poisons the context: it is a crash, not a refusal.
+_DEVICE_FAULT = re.compile(r"(CUDA|HIP) error|hipError|cudaError|illegal memory access|"
+                           r"device-side assert|HSA_STATUS|memory access fault", re.I)
+
+
+def is_device_fault(error: BaseException) -> bool:
+    accel = getattr(torch, "AcceleratorError", None)
+    if accel is not None and isinstance(error, accel):
+        return True
+    return isinstance(error, RuntimeError) and bool(_DEVICE_FAULT.search(str(error)))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# Exceptions a library raises to refuse an input are ValueError, RuntimeError,
+# TypeError or NotImplementedError (torch's TORCH_CHECK and friends). These are
+# what an adapter or case bug raises instead; they never count as a refusal.
+HARNESS_ERRORS = (AttributeError, NameError, KeyError, ImportError, AssertionError,
+                  UnboundLocalError, SyntaxError)
+
+
+def execute_case(case: Case, target: Target, device: torch.device | str | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> CaseResult:
+    start = time.perf_counter()
+    device = torch.device(device) if device is not None else platform_info.device()
+    buffers = Buffers(device, on_stage=on_stage)
+
+    def done(verdict: Verdict, summary=None, error_type: str = "", outputs=None) -> CaseResult:
+        if buffers.notes:
+            # How the adapter ran the case where the platform changes it (a captured graph
+            # or plain calls): on the row whatever the verdict.
+            note = "; ".join(buffers.notes)
+            verdict = replace(verdict, message=f"{verdict.message}; {note}" if verdict.message
+                              else note)
+        return CaseResult(
+            outcome=verdict.outcome, passed=verdict.passed,
+            max_abs_diff=summary.max_abs_diff if summary else None,
+            n_wrong=summary.n_wrong if summary else None,
+            n_total=summary.n_total if summary else None,
+            first_bad_index=summary.first_bad_index if summary else None,
+            message=verdict.message, error_type=error_type, stage=buffers.current_stage,
+            duration_s=time.perf_counter() - start,
+            tolerance=summary.tolerance if summary else None,
+            baseline_error=summary.baseline_error if summary else None,
+            rel_error=summary.rel_error if summary else None,
+            error_ratio=summary.error_ratio if summary else None,
+            outputs=outputs or {})
+
+    normalize(case.params)       # a malformed case is a harness error, never a skip
+    lacking = target.capabilities.lacks(case.op, case.params, case.requires)
+    if lacking is not None:
+        return done(classify(case, skip_reason=f"{target.name} lacks {lacking}"))
+    try:
+        return _execute(case, target, device, buffers, done)
+    except Exception as error:
+        # A device fault is the device's, wherever it surfaces (an input copy, the reference,
+        # the compare): a kernel launched earlier in this process faulted, and every later
+        # call fails alike. A crash at the stage it surfaced in, never a harness error that
+        # would leave the worker running on a poisoned context.
+        if not is_device_fault(error):
+            raise
+        return done(device_fault_verdict(case, error, buffers.current_stage),
+                    error_type=type(error).__name__)
+
+
+def device_fault_verdict(case: Case, error: BaseException, stage: str, before: str = ""):
+    # The runtime's first line names the error; the rest is its advice text.
+    first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return crash_verdict(case, f"{before}device error {type(error).__name__}: {first_line}", stage)
+
+
+def _execute(case: Case, target: Target, device: torch.device, buffers: Buffers, done) -> CaseResult:
+    buffers.stage("build inputs")
+    problem = build_problem(case.params, case.seed, device)
+    performed, read = _tracked(case)
+
+    try:
+        result = target.run(performed, problem, buffers)
+        _sync(device)
+    except Skip as skip:
+        return done(classify(case, skip_reason=str(skip) or "skipped by the adapter"))
+    except HARNESS_ERRORS:
+        # A bug in an adapter or case (a misspelt attribute, a missing key) is
+        # not the library refusing: let it fail the test loudly.
+        raise
+    except Exception as error:  # noqa: BLE001 - every library exception is an outcome
+        if is_device_fault(error):
+            return done(device_fault_verdict(case, error, buffers.current_stage),
+                        error_type=type(error).__name__)
+        try:
+            # What the library launched before it raised must not fault either: a refusal
+            # whose kernels then read out of bounds is a crash of this case, not the next one's.
+            _sync(device)
+        except Exception as fault:  # noqa: BLE001
+            if not is_device_fault(fault):
+                raise
+            return done(device_fault_verdict(
+                case, fault, buffers.current_stage,
+                before=f"raised {type(error).__name__} ({error_text(error)[:200]}), then a "),
+                error_type=type(fault).__name__)
+        if buffers.current_stage == "build inputs":
+            # Raised before the library was called: the adapter or the case, never a refusal.
+            return done(harness_error_verdict(
+                f"the adapter raised before calling the library: {error_text(error)}"),
+                error_type=type(error).__name__)
+        unread = _unread(read)
+        if unread:
+            return done(unread, error_type=type(error).__name__)
+        corruption = buffers.check()
+        return done(classify(case, error=error, corruption=corruption), error_type=type(error).__name__)
+
+    unread = _unread(read)
+    if unread:
+        return done(unread)
+    result = dict(result or {})
+    corruption = buffers.check()
+    outputs = _returned(result)
+    if corruption:
+        return done(classify(case, corruption=corruption), outputs=outputs)
+
+    buffers.stage("compare")
+    baseline = result.pop("baseline", None)
+    if "expected" in result:
+        expected = result.pop("expected")
+    else:
+        # Where it is cheapest: a small device problem's reference on the CPU, from its
+        # kept copy of the same bits (Problem.on_host); the rest where the problem lives.
+        where = problem.on_host() or problem
+        try:
+            expected = attention_reference(where)
+        except NoReference as why:
+            if case.expect == "refuse":
+                return done(classify(case), outputs=outputs)
+            raise CaseBug(f"{case.id}: ran without error but has no reference ({why}); "
+                          f"a case the reference cannot define must expect 'refuse'") from why
+        baseline = attention_baseline(where)
+        if where is not problem:
+            # Judged there too: the outputs' CPU copies are made already (for the repeats).
+            result.update(outputs)
+    not_returned = result.pop("not_returned", {})
+    comparisons = judge(result, expected, baseline, problem, skip=set(not_returned))
+    # A must-refuse case that ran is `silent` whatever its values; they still go on the row.
+    summary = summarize(comparisons)
+    verdict = classify(case, comparisons=comparisons)
+    if not_returned:
+        note = "; ".join(f"{name} not compared: {why}" for name, why in not_returned.items())
+        verdict = replace(verdict, message=f"{verdict.message}; {note}" if verdict.message
+                          else note)
+    return done(verdict, summary, outputs=outputs)
+
+
+def _tracked(case: Case):
+    """The case as the adapter gets it: the same case, its params a ReadParams."""
+    read = ReadParams(case.params)
+    performed = copy.copy(case)
+    object.__setattr__(performed, "params", read)
+    return performed, read
+
+
+def _unread(read: ReadParams) -> Verdict | None:
+    keys = read.unread()
+    if not keys:
+        return None
+    said = ", ".join(f"params[{k!r}] = {read._params[k]!r}" for k in keys)
+    return harness_error_verdict(f"the adapter never read {said}: the case it ran is not "
+                                 f"this case (docs/targets.md: every perturbation is the "
+                                 f"adapter's to perform, or to Skip)")
+
+
+def judge(result: dict, expected: dict, baseline: dict | None, problem,
+          skip: set = frozenset()) -> list:
+    """(name, Comparison) for o, and for lse when the case asks for it (and the adapter
+    did not declare it cannot return it: `skip`, which the row then names).
+
+    o is judged against the tolerance model's bound from the baseline;
+    lse by its own natural-log tolerance (harness/model/tolerance.py).
+    """
+    names = ["o"]
+    if problem.return_lse and "lse" in expected and "lse" not in skip:
+        names.append("lse")
+    comparisons = []
+    for name in names:
+        got, exp = result.get(name), expected[name]
+        if got is None:
+            comparisons.append((name, missing(name, exp)))
+            continue
+        if name == "lse":
+            comparisons.append((name, compare(got, exp, lse_tolerance(exp))))
+            continue
+        base = baseline.get(name) if baseline else None
+        tol, base_err = output_tolerance(exp, base, problem.dtype_name, expected.get("lse"),
+                                         problem.head_dim)
+        comparisons.append((name, compare(got, exp, tol, base_err)))
+    return comparisons
+
+
+def _returned(result) -> dict:
+    """The library's outputs, copied to the CPU, for comparing attempts bitwise."""
+    out = {}
+    for name in ("o", "lse"):
+        value = (result or {}).get(name)
+        if isinstance(value, torch.Tensor):
+            out[name] = value.detach().to("cpu", copy=True)
+    return out

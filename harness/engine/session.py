@@ -1,0 +1,147 @@
+"""A run's state and its selection of cases, shared by the plugin and the controller.
+
+Kept apart from both so that neither imports the other: the plugin's hooks
+(harness/engine/plugin.py) and the controller's (harness/engine/controller.py) read and
+write the same Run, kept on config.stash (no globals).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.engine import isolation
+
+ROW_KEY = "harness_row"
+
+
+def csv_list(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def check_guard_names(value: str | None, target: str = "bundled") -> None:
+    """--disable-guards is for the target to judge (only the bundled library has guards):
+    ValueError naming the option when it cannot honour them."""
+    if not value:
+        return
+    from harness.targets import load_target
+    load_target(target).validate_options(value)
+
+
+def default_profile() -> str:
+    """"full" with a GPU (thousands of cases in minutes), "ci" without."""
+    import torch
+    return "full" if torch.cuda.is_available() else "ci"
+
+
+def select_cases(target_name: str, families=None, routes=None, case_id=None,
+                 cases_file=None, profile: str | None = None) -> list:
+    """The cases a run covers, in generation order (deterministic everywhere)."""
+    from harness.model.case import Case
+    from harness.targets import load_target
+
+    if cases_file:
+        cases = [Case.from_json(d) for d in json.loads(Path(cases_file).read_text())]
+    else:
+        cases = list(load_target(target_name).cases(families, profile or default_profile()))
+    if routes:
+        available = {c.route for c in cases}
+        unknown = set(routes) - available
+        if unknown:
+            raise pytest.UsageError(f"--route: no cases on {sorted(unknown)}; "
+                                    f"routes with cases: {sorted(available) or 'none'}")
+        cases = [c for c in cases if c.route in routes]
+    if case_id:
+        cases = [c for c in cases if case_id in c.id]
+    return cases
+
+
+def all_cases(target) -> list:
+    """Every case the target has in any profile, each id once: where an id from any table,
+    or from a person, is looked up (the full profile does not hold every ci case)."""
+    import cases as families
+    seen: dict = {}
+    for profile in families.PROFILES:
+        for case in target.cases(None, profile):
+            seen.setdefault(case.id, case)
+    return list(seen.values())
+
+
+def case_id_of(nodeid: str) -> str:
+    """The case id inside a test node id: `...::test_case[<case id>]`."""
+    name = nodeid.rsplit("::", 1)[-1]
+    return name[name.index("[") + 1:-1] if "[" in name and name.endswith("]") else name
+
+
+@dataclass
+class Run:
+    """Per-session state, kept on config.stash (no globals)."""
+    config: Any
+    is_worker: bool
+    worker: str = "main"
+    run_id: str = ""
+    results: Path | None = None
+    default_results: bool = False
+    state_dir: str = ""
+    done_ids: frozenset = frozenset()
+    _cases: list | None = None
+    _target: Any = None
+    context: dict | None = None
+    state: isolation.WorkerState | None = None
+    retire_reason: str | None = None
+    # controller
+    written: set = field(default_factory=set)
+    retire_bumps: dict = field(default_factory=dict)
+    prior_attempts: dict = field(default_factory=dict)   # nodeid -> earlier attempts' rows
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    replays: Any = None        # controller.ReplayQueue
+    failed_rows: int = 0
+
+    def opt(self, name):
+        return self.config.getoption(name)
+
+    def cases(self) -> list:
+        if self._cases is None:
+            self._cases = select_cases(self.opt("target"), csv_list(self.opt("family")),
+                                       csv_list(self.opt("route")), self.opt("case_id"),
+                                       self.opt("cases_file"), self.opt("profile"))
+        return self._cases
+
+    def cases_by_id(self) -> dict:
+        return {c.id: c for c in self.cases()}
+
+    def target(self):
+        if self._target is None:
+            from harness.targets import load_target
+            self._target = load_target(self.opt("target"))
+        return self._target
+
+    def timeout_for(self, case) -> float:
+        return isolation.case_timeout(dict(case.params), self.opt("case_timeout")) * self.repeat()
+
+    def repeat(self) -> int:
+        return resolve_repeat(self.opt("repeat"))
+
+
+def resolve_repeat(value: int | None) -> int:
+    """--repeat, defaulting by platform: a GPU's races show between repeats; the host's
+    kernels are deterministic loops, so one run is the default there."""
+    if value is not None:
+        if value < 1:
+            raise pytest.UsageError(f"--repeat: must be 1 or more, got {value}")
+        return value
+    import torch
+    return 2 if torch.cuda.is_available() else 1
+
+
+RUN = pytest.StashKey[Run]()
+
+
+def get_run(config) -> Run:
+    return config.stash[RUN]
+
+

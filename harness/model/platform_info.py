@@ -1,0 +1,67 @@
+"""Where a run happened: device, arch, repo commit, host. Recorded on every row."""
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# torch is imported where a function needs it: repo_commit and host_name serve processes
+# that never load it (harness check's parent).
+
+def device() -> "torch.device":
+    import torch
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def arch() -> str:
+    """'gfx942' on ROCm, 'sm_90' on CUDA, 'cpu-x86_64' without a GPU."""
+    import torch
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        if getattr(torch.version, "hip", None):
+            return props.gcnArchName.split(":", 1)[0]
+        return f"sm_{props.major}{props.minor}"
+    return f"cpu-{platform.machine()}"
+
+
+def _git(path: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(path), *args], capture_output=True,
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def repo_commit(path: str | Path | None = None) -> str:
+    """Short hash of HEAD, '+dirty' when tracked files changed; '' outside a git repo."""
+    path = Path(path) if path is not None else REPO_ROOT
+    head = _git(path, "rev-parse", "--short", "HEAD")
+    if not head:
+        return ""
+    # Untracked files (results/, build caches) do not change what ran.
+    status = _git(path, "status", "--porcelain", "--untracked-files=no")
+    return head + ("+dirty" if status else "")
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
+
+MPS_DEFAULT_PIPE = "/tmp/nvidia-mps"
+
+
+def mps_pipe() -> str | None:
+    """The NVIDIA MPS control pipe's folder when this process's CUDA work goes through an MPS
+    server (CUDA_MPS_PIPE_DIRECTORY, or the daemon's default pipe), else None."""
+    import os
+    import stat
+    folder = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_DEFAULT_PIPE
+    try:
+        return folder if stat.S_ISFIFO(os.stat(Path(folder) / "control").st_mode) else None
+    except OSError:
+        return None

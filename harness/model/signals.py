@@ -1,0 +1,22 @@
+"""How a process's end is named on a row: 'SIGSEGV' for a signal, 'exit 3' for an exit status.
+
+Its own module so that what only watches processes (harness/engine/isolation.py, and through it
+every parent that relays to a child) does not import the comparison code and torch with it.
+"""
+from __future__ import annotations
+
+import signal
+
+
+def signal_text(signal_or_exit) -> str:
+    """'SIGSEGV' for a signal (a negative exit status is one), 'exit 3' for an exit status."""
+    if isinstance(signal_or_exit, str):
+        return signal_or_exit
+    if isinstance(signal_or_exit, signal.Signals):
+        return signal_or_exit.name
+    if isinstance(signal_or_exit, int) and signal_or_exit < 0:
+        try:
+            return signal.Signals(-signal_or_exit).name
+        except ValueError:
+            return f"signal {-signal_or_exit}"
+    return f"exit {signal_or_exit}"

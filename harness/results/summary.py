@@ -1,0 +1,79 @@
+"""The run's verdict in words: the console summary, the before/after table of a guards-off
+run, and which failing rows gate the exit status."""
+from __future__ import annotations
+
+def _fmt_diff(v) -> str:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return ""
+    return "" if v != v else f"{v:.3g}"
+
+
+def _fmt_wrong(row) -> str:
+    n_wrong, n_total = row.get("n_wrong"), row.get("n_total")
+    if n_total is None or n_total != n_total:
+        return ""
+    return f"{int(n_wrong or 0)}/{int(n_total)}"
+
+
+def _md_cell(text) -> str:
+    return str("" if text is None else text).replace("|", "\\|").replace("\n", " ")
+
+
+def before_after_table(df, failing_only: bool = True, max_message: int = 120) -> str:
+    """Markdown in the style of a PR's "Before this PR" table.
+
+    One line per (route, case): outcome, max |diff|, wrong/total and the
+    message, failing rows first (all of them when failing_only is False).
+    """
+    if failing_only:
+        df = df[~df["pass"].astype(bool)]
+    if not len(df):
+        return "_No failing rows._\n"
+    df = df.sort_values(["route", "case_id"])
+    lines = ["| Route | Case | Result | max \\|diff\\| | wrong/total | Message |",
+             "|---|---|---|---|---|---|"]
+    for _, row in df.iterrows():
+        case = str(row["case_id"]).split("/", 1)[-1]
+        msg = str(row.get("message") or "")
+        if len(msg) > max_message:
+            msg = msg[:max_message - 1] + "…"
+        lines.append(f"| {_md_cell(row['route'])} | {_md_cell(case)} | {_md_cell(row['outcome'])} "
+                     f"| {_fmt_diff(row.get('max_abs_diff'))} | {_fmt_wrong(row)} | {_md_cell(msg)} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_text(df, wall_s: float | None = None, max_classes: int = 60) -> str:
+    """What `check` prints once, at the end: the failure classes (worst first, each
+    once, a message printed once: harness/results/failure_classes.py), the route x outcome
+    counts, then one line of totals. Each row's own numbers are in its message
+    already, so nothing here repeats them."""
+    import pandas as pd
+
+    from harness.results.failure_classes import classes_text, failure_classes
+
+    out = []
+    failing = df[~df["pass"].astype(bool)] if len(df) else df
+    classes = failure_classes(df) if len(failing) else []
+    if classes:
+        out.append(classes_text(classes, max_classes=max_classes) + "\n")
+    if len(df):
+        counts = pd.crosstab(df["route"], df["outcome"], margins=True, margins_name="total")
+        out.append(counts.to_string())
+    tail = f"\n{len(df)} cases, {len(failing)} failing"
+    if len(failing):
+        by = failing["severity"].fillna("").replace("", "unrated").value_counts()
+        tail += " (" + ", ".join(f"{n} {sev}" for sev, n in by.items()) + ")"
+    if wall_s is not None:
+        tail += f", wall time {wall_s:.1f} s"
+    out.append(tail)
+    return "\n".join(out)
+
+
+def gating(df, target_owns_contract: bool, strict: bool):
+    """The failing rows that decide the exit status (see the module docstring)."""
+    failing = ~df["pass"].astype(bool)
+    if strict or target_owns_contract:
+        return df[failing]
+    return df[failing & df["severity"].isin(["correctness", "harness", ""])]

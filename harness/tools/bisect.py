@@ -1,0 +1,212 @@
+"""`harness bisect --good REV --bad REV CASE_ID`: the commit that broke a case.
+
+Drives `git bisect start/run/reset` in a repository. Each step runs
+`python -m harness repro CASE_ID` in that checkout, in its own process (a
+crash is a bad commit, not a dead bisect), with KERNELS_CACHE_DIR shared
+across steps so the content-hash cache rebuilds the library only when its
+sources change. The step maps repro's exit codes onto git's: 0 good;
+1, a signal or a timeout bad; 4 (unknown case) and 5 (build failed) skip.
+
+Each step appends one line to a steps file, which the bisection prints as it
+goes: commit (short), subject, verdict and the case's outcome.
+
+The step script is written outside the repository: bisect checks out old
+commits, which may not have this module.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from harness.tools.repro_command import repro_args
+
+GOOD, BAD, SKIP = 0, 1, 125
+# repro's exit codes that say "this commit cannot answer", not "the case fails".
+SKIP_CODES = {4: "unknown case id", 5: "library build failed"}
+
+STEP_SOURCE = r'''
+import json, os, re, subprocess, sys
+cfg = json.load(open(sys.argv[1]))
+env = dict(os.environ, **cfg["env"])
+head = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=cfg["repo"],
+                      capture_output=True, text=True).stdout.strip()
+try:
+    proc = subprocess.run(cfg["command"], cwd=cfg["repo"], env=env, timeout=cfg["timeout"],
+                          capture_output=True, text=True)
+    rc, out = proc.returncode, proc.stdout
+except subprocess.TimeoutExpired:
+    rc, out = None, ""
+# repro prints its row as `key  value` lines: the outcome says what the verdict means.
+outcome = re.search(r"^outcome\s+(\S+)", out, re.M)
+outcome = outcome.group(1) if outcome else ""
+skip = {int(k): v for k, v in cfg["skip_codes"].items()}
+if rc == 0:
+    verdict, code = "good", 0
+elif rc in skip:
+    verdict, code = "skip (" + skip[rc] + ")", 125
+elif rc is None or rc == 1 or rc < 0:
+    verdict, code = "bad", 1
+    outcome = "timeout" if rc is None else "signal %d" % -rc if rc < 0 else outcome
+else:
+    verdict, code = "skip (repro exit %d)" % rc, 125
+line = "%s -> %s%s" % (head, verdict, " (" + outcome + ")" if outcome and code != 125 else "")
+with open(cfg["steps"], "a") as f:
+    f.write(line + "\n")
+print("bisect step " + line, file=sys.stderr)
+sys.exit(code)
+'''
+STEP_POLL_S = 0.5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("case_id", metavar="CASE_ID")
+    parser.add_argument("--good", required=True, metavar="REV", help="a revision where the case passes")
+    parser.add_argument("--bad", required=True, metavar="REV", help="a revision where it fails")
+    parser.add_argument("--repo", default=".", metavar="PATH", help="the git checkout to bisect")
+    parser.add_argument("--disable-guards", default=None, metavar="NAMES",
+                        help="passed to repro at every step")
+    parser.add_argument("--target", default=None, help="passed to repro at every step")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter for the steps (default: this one, the venv's)")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds per step; a step that runs longer is a bad commit (hang)")
+    parser.add_argument("--cache-dir", default=None,
+                        help="KERNELS_CACHE_DIR for every step (default: $KERNELS_CACHE_DIR "
+                             "or <repo>/.cache/kernels)")
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed ({proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+def repro_command(python: str, case_id: str, disable_guards: str | None = None,
+                  target: str | None = None) -> list[str]:
+    return [python, "-m", "harness", *repro_args(case_id, target, disable_guards)]
+
+
+def first_bad(output: str) -> str | None:
+    match = re.search(r"^([0-9a-f]{7,40}) is the first bad commit", output, re.M)
+    return match.group(1) if match else None
+
+
+def candidates(output: str) -> list[str]:
+    """The commits git names when skipped ones hide which of them is first bad."""
+    if "could be any of" not in output:
+        return []
+    tail = output.split("could be any of:", 1)[1]
+    return re.findall(r"^([0-9a-f]{40})$", tail, re.M)
+
+
+def _run_steps(cmd: list[str], steps: Path, out) -> tuple[str, list[str]]:
+    """`git bisect run`, printing each step's line to `out` as it lands in `steps`.
+    Returns git's output and the step lines."""
+    import tempfile
+    shown: list[str] = []
+
+    def show_new() -> None:
+        lines = steps.read_text().splitlines() if steps.exists() else []
+        for line in lines[len(shown):]:
+            if out is not None:
+                print("bisect: " + line, file=out, flush=True)
+            shown.append(line)
+
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+        while True:
+            try:
+                proc.wait(timeout=STEP_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                show_new()
+        show_new()
+        log.seek(0)
+        return log.read(), shown
+
+
+def bisect(repo, good: str, bad: str, case_id: str, *, python: str = sys.executable,
+           disable_guards: str | None = None, target: str | None = None,
+           timeout: float = 600.0, cache_dir: str | None = None, out=None) -> dict:
+    """Run the bisection; returns {"commit", "subject", "candidates", "steps", "output",
+    "good", "bad"}.
+
+    `commit` is None when git could not name one; `candidates` then lists
+    what skipped steps left undecided. `steps` has one line per step (commit,
+    subject, verdict, outcome), each also printed to `out` as it finishes.
+
+    The repository is always left with `git bisect reset` done.
+    """
+    repo = Path(_git(Path(repo), "rev-parse", "--show-toplevel").stdout.strip())
+    if _git(repo, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+        raise RuntimeError(f"{repo}: tracked files have uncommitted changes; bisect checks out "
+                           f"other commits, so commit or stash them first")
+    if _git(repo, "bisect", "log", check=False).returncode == 0:
+        raise RuntimeError(f"{repo}: a bisect is already in progress; `git bisect reset` it first")
+    good_sha = _git(repo, "rev-parse", "--verify", f"{good}^{{commit}}").stdout.strip()
+    bad_sha = _git(repo, "rev-parse", "--verify", f"{bad}^{{commit}}").stdout.strip()
+    cache = cache_dir or os.environ.get("KERNELS_CACHE_DIR") or str(repo / ".cache" / "kernels")
+    with tempfile.TemporaryDirectory(prefix="harness-bisect-") as tmp:
+        step = Path(tmp) / "step.py"
+        step.write_text(STEP_SOURCE)
+        config = Path(tmp) / "step.json"
+        env = {"KERNELS_CACHE_DIR": cache, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
+        config.write_text(json.dumps({
+            "repo": str(repo), "timeout": timeout, "env": env, "steps": str(Path(tmp) / "steps"),
+            "skip_codes": {str(k): v for k, v in SKIP_CODES.items()},
+            "command": repro_command(python, case_id, disable_guards, target),
+        }))
+        try:
+            _git(repo, "bisect", "start", bad_sha, good_sha)
+            output, steps = _run_steps(["git", "-C", str(repo), "bisect", "run", sys.executable,
+                                        str(step), str(config)], Path(tmp) / "steps", out)
+            commit = first_bad(output)
+        finally:
+            _git(repo, "bisect", "reset", check=False)
+    subject = ""
+    if commit:
+        commit, subject = _git(repo, "log", "-1", "--format=%H%x00%s", commit).stdout.strip().split("\0", 1)
+    return {"commit": commit, "subject": subject, "output": output, "steps": steps,
+            "candidates": [] if commit else candidates(output),
+            "good": good_sha, "bad": bad_sha}
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        result = bisect(args.repo, args.good, args.bad, args.case_id, python=args.python,
+                        disable_guards=args.disable_guards, target=args.target,
+                        timeout=args.timeout, cache_dir=args.cache_dir, out=sys.stderr)
+    except RuntimeError as e:
+        print(f"bisect: {e}", file=sys.stderr)
+        return 2
+    if not result["commit"] and result["candidates"]:
+        print("bisect: skipped commits (build failed or case unknown) hide the first bad one; "
+              "it is one of:")
+        for sha in result["candidates"]:
+            print("  " + _git(Path(args.repo), "log", "-1", "--format=%H %s", sha).stdout.strip())
+        return 1
+    if not result["commit"]:
+        print("bisect: no first bad commit found:", file=sys.stderr)
+        print(result["output"].strip()[-3000:], file=sys.stderr)
+        return 1
+    print(f"first bad commit: {result['commit']} {result['subject']}")
+    if result["commit"] == result["bad"]:
+        repro = repro_command("", args.case_id, args.disable_guards, args.target)[3:]
+        print(f"bisect: that is the --bad revision itself; check that the case passes at "
+              f"--good and fails at --bad ({shlex.join(['harness', *repro])})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="harness bisect")
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

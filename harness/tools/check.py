@@ -1,0 +1,476 @@
+"""`harness check`: the parent that starts the pytest session, shows its progress, and
+turns its table into a summary and an exit status."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.results.summary import before_after_table, gating, summary_text
+from harness.tools.options import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, ROOT, child_env
+
+# ------------------------------------------------------------------ check
+
+def pytest_command(args, results: Path | None = None) -> list[str]:
+    """The child pytest's command; without `results`, its table's path comes with go()."""
+    # Plugins a case run never uses, each loaded by every process: hypothesis's (it imports
+    # all of hypothesis at the end of a run), log capture (~10% of a 750-case run), and the
+    # unraisable/thread exception warnings (two full gc.collect passes at the end of every
+    # process, 0.2-0.8 s with torch loaded; they only ever warn, never change a row).
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider",
+           "-p", "no:hypothesispytest", "-p", "no:logging", "-p", "no:unraisableexception",
+           "-p", "no:threadexception",
+           "-q", "--no-header", "-rN", "--target", args.target]
+    if results is not None:
+        cmd += ["--results", str(results)]
+    if args.n not in (None, "0"):
+        cmd += ["-n", str(args.n)]
+    if args.reruns:
+        cmd += ["--reruns", str(args.reruns)]
+    for opt in ("family", "route", "case_id", "cases_file", "disable_guards", "case_timeout",
+                "run_id", "repeat", "profile"):
+        value = getattr(args, opt, None)
+        if value is not None:
+            cmd += ["--" + opt.replace("_", "-"), str(value)]
+    if args.resume:
+        cmd.append("--resume")
+    return cmd + list(args.pytest_args or [])
+
+
+# ------------------------------------------------------------------ check: the child pytest
+
+POLL_S = 2.0          # how often the table is read for progress
+LOG_TAIL = 25         # lines of pytest's own output shown when pytest itself fails
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """Rows done out of the run's total, read from the table the child pytest appends to.
+
+    Rows stamped before the run started are an earlier run's (the child replaces that
+    table when it starts); with --resume the rows already there count as done. On a
+    terminal the line is redrawn every POLL_S; elsewhere (CI logs) a line is printed
+    every 10 s, so a short run prints none.
+    """
+
+    def __init__(self, path: Path, total: int, done_before=(), stream=None,
+                 interval: float | None = None):
+        from datetime import datetime, timezone
+        self.path, self.total, self.before = Path(path), total, set(done_before)
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = _isatty(self.stream)
+        self.interval = interval if interval is not None else (POLL_S if self.tty else 10.0)
+        self.since = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self.started = self.last_shown = time.monotonic()
+        self.first_row_at: float | None = None
+        self.offset, self.ids, self.failing, self.drawn = 0, set(), 0, False
+        self.inode: int | None = None
+
+    @property
+    def done(self) -> int:
+        return len(self.before | self.ids)
+
+    def poll(self) -> None:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return
+        size = stat.st_size
+        if size < self.offset or stat.st_ino != self.inode:  # replaced since the last read
+            self.offset, self.ids, self.failing, self.inode = 0, set(), 0, stat.st_ino
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read(size - self.offset)
+        complete = chunk.rfind(b"\n") + 1   # a line still being written waits
+        self.offset += complete
+        for line in chunk[:complete].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(row, dict) or str(row.get("timestamp") or "") < self.since \
+                    or row.get("case_id") in self.ids:
+                continue
+            self.ids.add(row.get("case_id"))
+            self.failing += not row.get("pass")
+            if self.first_row_at is None:
+                self.first_row_at = time.monotonic()
+
+    def line(self) -> str:
+        now = time.monotonic()
+        text = (f"check: {self.done}/{self.total} rows, {self.failing} failing, "
+                f"{_clock(now - self.started)} elapsed")
+        left = self.total - self.done
+        # The rate from rows seen over a few seconds: workers start slowly, then finish
+        # cases in bursts.
+        if left > 0 and len(self.ids) >= 3 and now - (self.first_row_at or now) >= 2 * POLL_S:
+            per_row = (now - self.first_row_at) / (len(self.ids) - 1)
+            text += f", about {_clock(per_row * left)} left"
+        return text
+
+    def tick(self) -> None:
+        self.poll()
+        if time.monotonic() - self.last_shown < self.interval:
+            return
+        self.last_shown = time.monotonic()
+        if self.tty:
+            self.stream.write("\r" + self.line() + "\x1b[K")
+            self.drawn = True
+        else:
+            self.stream.write(self.line() + "\n")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.drawn = False
+
+
+def resume_command(argv) -> str:
+    """The command that continues an interrupted check: the same one, with --resume."""
+    import shlex
+    argv = list(argv)
+    if "--resume" not in argv:
+        cut = argv.index("--") if "--" in argv else len(argv)
+        argv[cut:cut] = ["--resume"]
+    return shlex.join(["harness", *argv])
+
+
+def _wait(proc: subprocess.Popen, progress: Progress | None) -> int:
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            if progress is not None:
+                progress.tick()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to `harness check`: handled as Ctrl-C (rows kept, the resume command said)."""
+
+
+def _sigterm(signum, frame):
+    raise Terminated("SIGTERM")
+
+
+def _stop(proc: subprocess.Popen, alone: bool = False) -> None:
+    """End the child pytest after Ctrl-C. From a terminal it has the SIGINT too and
+    writes what is pending; one that has not (a signal sent to this process alone:
+    `alone`, a SIGTERM) gets it now; one that lingers, or a second Ctrl-C, is
+    terminated, then killed."""
+    steps = ((signal.SIGINT, 15.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
+    for sig, wait in (steps if alone else ((None, 5.0),) + steps):
+        if proc.poll() is not None:
+            return
+        if sig is not None:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=wait)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            continue
+
+
+def run_check_child(child, args, results: Path, expected: set) -> int | None:
+    """Run the child pytest and return its exit code; None when Ctrl-C stopped it, after
+    one line saying how many rows are kept and how to continue.
+
+    pytest's own console (dots, its FAILURES section, which repeats each row's message,
+    a KeyboardInterrupt traceback, plugin warnings) goes to a log file instead: every
+    row is in the table and the summary says it once. The log's end is shown when
+    pytest itself fails. With pytest options after `--`, pytest's console is shown.
+    """
+    from harness.results import table
+
+    try:
+        before = table.done_case_ids(results) & expected if args.resume else set()
+    except (OSError, ValueError):
+        before = set()   # the child says what is wrong with the table
+    progress = Progress(results, len(expected), before)
+    log, proc = child.log, child.proc
+    print(f"check: {len(expected)} cases on {args.target}"
+          + (f" ({len(before)} done already)" if before else "")
+          + f"; rows go to {results}", file=sys.stderr, flush=True)
+    child.go(results)
+    # This process only waits now: the tables' reader (pandas) loads while the child runs.
+    import pandas  # noqa: F401
+    try:
+        rc = _wait(proc, None if log is None else progress)
+    except KeyboardInterrupt as stop:
+        _stop(proc, alone=isinstance(stop, Terminated))
+        progress.poll()
+        progress.clear()
+        print(f"check: interrupted; {progress.done} of {progress.total} rows kept in "
+              f"{results}; continue with: {resume_command(getattr(args, 'argv', sys.argv[1:]))}",
+              file=sys.stderr)
+        if log is not None:
+            log.close()
+            os.unlink(log.name)
+        return None
+    progress.clear()
+    if log is not None:
+        log.close()
+        stops = stop_lines(log.name) if rc not in (0, 1) else []
+        if rc in (0, 1) and results.exists():
+            os.unlink(log.name)
+        elif stops:
+            # The run said why it stopped, in one line: that line, not pytest's log.
+            for line in stops:
+                print(f"check: {line}", file=sys.stderr)
+            os.unlink(log.name)
+            return EXIT_USAGE
+        else:
+            show_log_tail(log.name, rc)
+    return rc
+
+
+def stop_lines(log_name: str) -> list[str]:
+    """The lines a run that could not go on left in pytest's log (plugin.STOP_PREFIX)."""
+    from harness.engine.plugin import STOP_PREFIX
+    try:
+        text = Path(log_name).read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        if line.startswith(STOP_PREFIX) and line[len(STOP_PREFIX):] not in found:
+            found.append(line[len(STOP_PREFIX):])
+    return found
+
+
+def show_log_tail(log_name: str, rc: int) -> None:
+    lines = Path(log_name).read_text(errors="replace").splitlines()[-LOG_TAIL:]
+    print(f"check: pytest exited {rc}; the end of its output (all of it: {log_name}):",
+          file=sys.stderr)
+    for line in lines:
+        print("  " + line, file=sys.stderr)
+
+
+def child_failed(child) -> int:
+    """A child that ended before its report (a bad pytest option after `--`, a plugin that
+    cannot load): its exit status, and the end of its output when that went to a log."""
+    rc = child.proc.wait()
+    if child.log is not None:
+        child.log.close()
+        show_log_tail(child.log.name, rc)
+    return rc or EXIT_FAIL
+
+
+def results_folder_error(results: Path) -> str | None:
+    """Why the table cannot be written there, as one line; None when it can. Asked before
+    the run: the child would otherwise stop at its first row with pytest's INTERNALERROR."""
+    if results.is_dir():
+        return (f"the results table {results} is a folder; give --results a file path, or "
+                f"the folder as --results-dir")
+    try:
+        results.parent.mkdir(parents=True, exist_ok=True)
+        if os.access(results.parent, os.W_OK):
+            return None
+        why = "the folder is not writable"
+    except OSError as e:
+        why = e.strerror or str(e)
+    return (f"cannot write the results table {results} ({why}); choose another --results "
+            f"or --results-dir")
+
+
+def output_error(option: str, path: str | None) -> str | None:
+    """Why a report cannot be written at `path`, in one line; None when it can (or no path).
+    Asked before the run, so a run of minutes never ends in a traceback over its report."""
+    if not path:
+        return None
+    out = Path(path)
+    if out.is_dir():
+        return f"{option} {path}: is a folder; give the report's file path"
+    folder = out.parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{option} {path}: {existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        return f"{option} {path}: not writable here; choose another path"
+    return None
+
+
+def ledger_error(path: str | None) -> str | None:
+    """A malformed ledger, in one line, before the run (it is applied after it)."""
+    from harness.results.ledger import load_ledger
+    try:
+        load_ledger(path)
+    except OSError as e:
+        return f"--ledger {path}: {e.strerror or e}"
+    except ValueError as e:
+        return f"ledger: {e}"
+    return None
+
+
+def _check_run(args, report: dict | None) -> str | None:
+    """Why the run must not start, in one line; None when it may. Sets args.expected_ids
+    from the held child's report (harness/engine/held_start.py)."""
+    if report is None:
+        return None   # the child ended without a report: its own output says why
+    if "error" in report:
+        # Unknown names, or a target whose library is missing: say so, run nothing.
+        return str(report["error"])
+    args.expected_ids = set(report.get("ids") or ())
+    if not args.expected_ids and not args.resume:
+        return (f"no cases selected (--target {args.target}, --family {args.family or 'all'}, "
+                f"--route {args.route or 'all'}, --case-id {args.case_id or 'any'})")
+    return None
+
+
+def selection_of(args) -> str:
+    """What a partial run selected, as its table's name says it ("" for a full run)."""
+    from harness.results import table
+    return table.selection_slug(args.family, args.route, args.case_id, args.cases_file,
+                                args.profile)
+
+
+def results_of(args, arch: str | None = None) -> Path:
+    """The table's path: --results, or the default one under --results-dir (or ./results),
+    named by target, arch (the held child's, when given), commit and selection."""
+    if args.results:
+        return Path(args.results).resolve()
+    from harness.results import table
+    from harness.targets import label
+    return table.default_results_path(label(args.target), selection_of(args), args.results_dir, arch)
+
+
+def cmd_check(args) -> int:
+    from harness.results import table
+
+    sanitizer_path, why = sanitizer_preflight(args)
+    why = why or output_error("--html", args.html) or output_error("--markdown", args.markdown) \
+        or ledger_error(args.ledger)
+    if why:  # before any case runs: a run whose rows cannot be replayed is not started
+        print(f"check: {why}", file=sys.stderr)
+        return EXIT_USAGE
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm)
+    start = time.perf_counter()
+    # Started at once and held until go(): it works out the run (this process never loads
+    # torch or a target) and says so in its report; a bad option calls it off.
+    from harness.engine import fast_exit
+    from harness.engine.held_start import HeldChild
+    from harness.engine.plugin import PARENT_PID_ENV
+    env = dict(child_env(), **{fast_exit.ENV: "1", PARENT_PID_ENV: str(os.getpid())})
+    child = HeldChild(pytest_command(args), ROOT, env, quiet=not args.pytest_args)
+    lock = None
+    try:
+        report = child.report()
+        why = _check_run(args, report)
+        results = None if why or report is None else results_of(args, report.get("arch"))
+        why = why or (results_folder_error(results) if results is not None else None)
+        if results is not None and not why:
+            # Held for this process's life, before the child may write: a second run on the
+            # table stops here, with the pid of the one that holds it. The child adopts it.
+            try:
+                lock = table.TableLock.acquire(results)
+            except table.TableBusy as busy:
+                why = str(busy)
+            except OSError as e:
+                why = f"cannot lock the results table {results} ({e.strerror or e})"
+    except BaseException:
+        child.call_off()
+        raise
+    if why:  # before the run: bad options fail here, with the field and the values
+        child.call_off()
+        print(f"check: {why}", file=sys.stderr)
+        return EXIT_USAGE
+    if report is None:   # it ended before it could say what the run is: pytest's own error
+        return child_failed(child)
+    rc = run_check_child(child, args, results, args.expected_ids)
+    if rc is None:  # Ctrl-C: what is kept and how to go on are said already
+        return EXIT_USAGE
+    wall = time.perf_counter() - start
+    if not results.exists():
+        print(f"check: no results table at {results} (pytest exit {rc})", file=sys.stderr)
+        return rc or EXIT_FAIL
+    if sanitizer_path:
+        # Before the table is read, copied or rendered, so all of them carry the reports.
+        sanitize(args, results, sanitizer_path)
+    try:
+        df = table.load_table(results)
+        selection = selection_of(args)
+        if not args.results and not selection and len(df):
+            from harness.targets import label
+            table.copy_latest(results, label(args.target), str(df["arch"].iloc[-1]))
+    except (OSError, ValueError) as e:
+        print(f"check: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    from harness.results.ledger import apply_ledger_per_arch
+    df, ledger_errors = apply_ledger_per_arch(df, args.ledger)
+    if args.disable_guards:
+        # Before the summary, so the summary stays the last thing on the console.
+        print(f"\nWith guards disabled ({args.disable_guards}):\n")
+        print(before_after_table(df))
+    print()
+    print(summary_text(df, wall))
+    for err in ledger_errors:
+        print(f"ledger: {err}", file=sys.stderr)
+    print(f"results: {results}" + (f" (partial run: {selection}; the full table is untouched)"
+                                   if selection else ""))
+    if args.html or args.markdown:
+        _render(results, args.html, args.markdown)
+    if rc not in (0, 1):
+        return rc
+    missing = args.expected_ids - set(df["case_id"])
+    if missing:
+        print(f"check: {len(missing)} case(s) have no row, e.g. {sorted(missing)[:3]}",
+              file=sys.stderr)
+        return EXIT_FAIL
+    owns = bool(report.get("owns_contract"))
+    blocking = gating(df, owns, args.strict) if len(df) else df
+    findings = int((~df["pass"].astype(bool)).sum()) - len(blocking) if len(df) else 0
+    if findings:
+        print(f"check: {findings} capability/clarity finding(s) on {args.target} do not fail "
+              f"the run (--strict makes them fail)")
+    return EXIT_FAIL if len(blocking) or ledger_errors else EXIT_PASS
+
+
+def sanitizer_preflight(args) -> tuple[str | None, str | None]:
+    """(compute-sanitizer's path, None) when --sanitizer can run here; (None, one line) when
+    it cannot; (None, None) without --sanitizer."""
+    if not (args.sanitizer or args.sanitizer_all):
+        return None, None
+    from harness.tools import sanitizer
+    return sanitizer.preflight(args.sanitizer, args.sanitizer_all)
+
+
+def sanitize(args, results: Path, tool_path: str) -> None:
+    """Replay the run's rows under the tool and write its reports into the table. Adds
+    information only: a failure here is one line, and the exit status stays the rows'."""
+    from harness.tools import sanitizer
+    try:
+        sanitizer.replay_table(results, args.sanitizer, tool_path, args.target,
+                               replay_all=args.sanitizer_all, cases_file=args.cases_file)
+    except (OSError, ValueError) as e:
+        print(f"check: --sanitizer {args.sanitizer}: the reports were not written to {results} "
+              f"({e})", file=sys.stderr)
+
+
+def _render(results: Path, html: str | None, markdown: str | None) -> None:
+    """The report of this run's own table (never a stale full table)."""
+    cmd = [sys.executable, "-m", "harness", "report", "--results", str(results)]
+    if html:
+        cmd += ["--out", html]
+    if markdown:
+        cmd += ["--markdown", markdown]
+    if subprocess.call(cmd, env=child_env()) != 0:
+        print(f"check: the report of {results} could not be rendered", file=sys.stderr)

@@ -1,0 +1,76 @@
+"""What every subcommand shares: exit codes, argument types, the case selection options."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from harness.engine.child import child_env  # noqa: F401  (one environment for every child)
+
+DEFAULT_TARGET = "bundled"
+ROOT = Path(__file__).resolve().parents[2]
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNKNOWN_CASE, EXIT_BUILD = 0, 1, 2, 4, 5
+EXIT_INTERRUPTED, EXIT_PIPE = 130, 141   # the shell's codes for SIGINT and SIGPIPE
+
+
+def input_errors() -> tuple:
+    """What reading the options raises on bad input: an unknown name (ValueError,
+    pytest.UsageError) or a missing or unreadable file (OSError). Caught only
+    around that reading, so a harness bug elsewhere keeps its traceback."""
+    import pytest
+    return (ValueError, OSError, pytest.UsageError)
+
+
+def selection_errors() -> tuple:
+    """input_errors(), plus a target whose library is missing or cannot run here
+    (the flashinfer target without FlashInfer or a GPU): its message says what to install."""
+    return (RuntimeError, ImportError, *input_errors())
+
+
+def absolute_path(text: str) -> str:
+    """argparse type for paths a child process reads from another folder."""
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default=DEFAULT_TARGET,
+                   help="library under test: a name, package.module:factory or path/to/file.py "
+                        "[bundled]")
+    p.add_argument("--family", default=None, help="families, comma-separated [all]")
+    p.add_argument("--route", default=None, help="routes, comma-separated [all]")
+    p.add_argument("--case-id", default=None, help="only ids containing this substring")
+    p.add_argument("--cases-file", default=None, type=absolute_path,
+                   help="a JSON list of cases instead of families")
+    p.add_argument("--profile", default=None, choices=("ci", "full"),
+                   help="how many cases: ci (minutes on 2 cores) or full (thousands, for a GPU) "
+                        "[full with a GPU, else ci]")
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type for --case-timeout: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text!r}")
+    return value
+
+
+def count(minimum: int):
+    """argparse type: an int >= minimum, or one line naming the value."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+    return parse
+
+
+def select(args):
+    from harness.engine.session import csv_list, select_cases
+    return select_cases(args.target, csv_list(args.family), csv_list(args.route), args.case_id,
+                        args.cases_file, getattr(args, "profile", None))

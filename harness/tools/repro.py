@@ -1,0 +1,187 @@
+"""`harness repro CASE_ID`: one case, in the one child runner (a crash or hang is the row
+`check` would record) or, with --in-process, here for a debugger.
+
+The case is found by id in every profile (or read from --case-json / --cases-file), so any
+id a table shows reproduces."""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import sys
+from pathlib import Path
+
+from harness.tools.options import (EXIT_BUILD, EXIT_FAIL, EXIT_PASS, EXIT_UNKNOWN_CASE,
+                                   EXIT_USAGE, selection_errors)
+
+
+def load_case_json(path: str) -> list:
+    from harness.model.case import Case
+    data = json.loads(Path(path).read_text())
+    return [Case.from_json(d) for d in (data if isinstance(data, list) else [data])]
+
+
+def closest_ids(case_id: str, ids, n: int = 5) -> list[str]:
+    close = difflib.get_close_matches(case_id, ids, n=n, cutoff=0.4)
+    if not close:
+        close = [i for i in ids if case_id in i][:n]
+    return close
+
+
+def _is_build_error(error: BaseException) -> bool:
+    chain, e = [], error
+    while e is not None and len(chain) < 8:
+        chain.append(e)
+        e = e.__cause__
+    return any(t.__name__ == "BuildError" for x in chain for t in type(x).__mro__)
+
+
+def _unknown(case_id: str, close: list[str]) -> int:
+    print(f"repro: unknown case id {case_id!r}", file=sys.stderr)
+    if close:
+        print("closest ids:", file=sys.stderr)
+        for cid in close:
+            print(f"  {cid}", file=sys.stderr)
+    return EXIT_UNKNOWN_CASE
+
+
+def print_row(row: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(row, allow_nan=True, default=str))
+        return
+    width = max(len(k) for k in row)
+    for key, value in row.items():
+        print(f"{key:<{width}}  {value}")
+
+
+def _case_file_cases(args):
+    path = args.case_json or args.cases_file
+    return load_case_json(path) if path else None
+
+
+def cmd_repro(args) -> int:
+    try:
+        from harness.engine.session import check_guard_names
+        # An unknown guard name would otherwise reach the library, whose refusal of it the
+        # row would record as the case's own refusal.
+        check_guard_names(args.disable_guards, args.target)
+        given = _case_file_cases(args)
+    except Exception as e:
+        if _is_build_error(e):
+            print(f"repro: library build failed: {e}", file=sys.stderr)
+            return EXIT_BUILD
+        if isinstance(e, selection_errors()):
+            print(f"repro: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    if given is not None:
+        case = next((c for c in given if c.id == args.case_id), None)
+        if case is None:
+            return _unknown(args.case_id, closest_ids(args.case_id, [c.id for c in given]))
+        given = [case]
+    if getattr(args, "standalone", False):
+        return repro_standalone(args, given)
+    if args.in_process:
+        return repro_here(args, given)
+    return repro_in_child(args, given)
+
+
+def repro_standalone(args, given) -> int:
+    """The case's row as usual, then a script that reproduces it with torch and the library
+    alone (harness/tools/standalone.py). Exit 2, one line, when none can be written."""
+    from harness.tools.repro_command import repro_args, typed
+    from harness.tools.standalone import Unavailable, write_standalone
+    out_path = getattr(args, "output", None)
+    if not out_path:
+        print("repro: --standalone needs -o FILE.py (where the script goes)", file=sys.stderr)
+        return EXIT_USAGE
+    if given is None:
+        from harness.engine.session import all_cases
+        from harness.targets import load_target
+        if args.disable_guards:
+            os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
+        by_id = {c.id: c for c in all_cases(load_target(args.target))}
+        if args.case_id not in by_id:
+            return _unknown(args.case_id, closest_ids(args.case_id, list(by_id)))
+        given = [by_id[args.case_id]]
+    rows = []
+    code = repro_in_child(args, given, rows.append)
+    if not rows:
+        return code
+    command = typed(repro_args(args.case_id, args.target, args.disable_guards,
+                               args.case_json or args.cases_file)
+                    + ["--standalone", "-o", str(out_path)])
+    try:
+        path = write_standalone(given[0], args.target, rows[-1], out_path, args.disable_guards,
+                                command=command)
+    except Unavailable as why:
+        print(f"repro: {why}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"repro: wrote {path}; `python {path}` prints the verdict and exits "
+          f"{0 if rows[-1].get('pass') else 1} as this row did", file=sys.stderr)
+    return code
+
+
+def repro_here(args, given) -> int:
+    """The case in this process: a crash ends the command, where a debugger sees it."""
+    import faulthandler
+
+    if not faulthandler.is_enabled():
+        try:  # a crash in the case still prints where it happened
+            faulthandler.enable()
+        except (OSError, ValueError, AttributeError):
+            pass  # stderr without a file descriptor (captured)
+    from harness.engine.perform import perform, row_context
+    from harness.engine.session import all_cases
+    from harness.targets import load_target
+    if args.disable_guards:
+        os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
+    try:
+        target = load_target(args.target)
+        if given is None:
+            by_id = {c.id: c for c in all_cases(target)}
+            if args.case_id not in by_id:
+                return _unknown(args.case_id, closest_ids(args.case_id, list(by_id)))
+            given = [by_id[args.case_id]]
+        on_stage = ((lambda s: print(f"stage: {s}", file=sys.stderr, flush=True))
+                    if args.verbose else None)
+        row = perform(given[0], target, 1, row_context(target), on_stage=on_stage)
+    except Exception as e:
+        if _is_build_error(e):
+            print(f"repro: library build failed: {e}", file=sys.stderr)
+            return EXIT_BUILD
+        if isinstance(e, selection_errors()):
+            print(f"repro: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    print_row(row, args.json)
+    return EXIT_PASS if row["pass"] else EXIT_FAIL
+
+
+def repro_in_child(args, given, keep_row=None) -> int:
+    """The case in the one child runner: its death is the row `check` would write."""
+    from harness.engine import child
+    spec = child.Spec(target=args.target, cases=given or [], case_id=None if given else args.case_id,
+                      disable_guards=args.disable_guards, case_timeout=args.case_timeout)
+    out = child.run(spec)
+    if out.unknown is not None:
+        return _unknown(args.case_id, out.unknown)
+    if args.verbose and out.stderr:
+        sys.stderr.write(out.stderr)
+    if not out.rows:
+        # The child could not load the target or build the library: our set-up, one line.
+        last = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        build = "BuildError" in out.stderr
+        print(f"repro: {'library build failed: ' if build else ''}{last}", file=sys.stderr)
+        return EXIT_BUILD if build else EXIT_USAGE
+    row = out.rows[-1]
+    if keep_row is not None:
+        keep_row(row)
+    print_row(row, args.json)
+    if out.died:
+        if args.verbose and out.fault_text.strip():
+            print(out.fault_text.rstrip(), file=sys.stderr)
+        print(f"repro: the case killed its process ({row['message']}); "
+              + ("" if args.verbose else "--verbose prints where, ")
+              + "--in-process runs it in this process", file=sys.stderr)
+    return EXIT_PASS if row.get("pass") else EXIT_FAIL

@@ -1,0 +1,368 @@
+"""`harness repro CASE --standalone -o FILE.py`: one Python file a library's maintainers can run.
+
+The file imports torch and the library under test, nothing of this project. It holds:
+the case's logical inputs with their exact bits (zlib + base64 of the raw bytes, decoded
+with torch.frombuffer), the target adapter's calls as source (Target.standalone_source),
+an fp64 reference written out inline, and the tolerance bound the harness computed for the
+case from its same-dtype baseline. It prints a verdict and exits 1 on the defect, 0 when
+the library behaved as the case's contract allows; a case that crashes the library
+crashes the script the same way, since the script simply makes the call.
+"""
+from __future__ import annotations
+
+import ast
+import base64
+import importlib.util
+import json
+import os
+import pprint
+import sys
+import sysconfig
+import zlib
+from pathlib import Path
+
+# Inputs past this many raw bytes would make a script nobody attaches to an issue.
+MAX_INPUT_BYTES = 64 << 20
+_PLAIN_IMPORTS = {"torch", "numpy", "math", "os", "sys", "zlib", "base64", "re", "warnings"}
+
+
+class Unavailable(Exception):
+    """This case cannot be written as a standalone script (the message says why)."""
+
+
+def encode_tensor(t) -> dict:
+    """A CPU tensor as {dtype, shape, data}: its raw bytes, zlib-compressed, base64."""
+    import torch
+    t = t.detach().to("cpu").contiguous()
+    raw = t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+            "data": base64.b64encode(zlib.compress(raw, 9)).decode("ascii")}
+
+
+def decode_tensor(spec: dict):
+    """encode_tensor's inverse, the same code the script carries (tests compare the two)."""
+    import torch
+    raw = bytearray(zlib.decompress(base64.b64decode(spec["data"])))
+    dtype = getattr(torch, spec["dtype"])
+    if not raw:
+        return torch.empty(spec["shape"], dtype=dtype)
+    return torch.frombuffer(raw, dtype=dtype).reshape(spec["shape"]).clone()
+
+
+def _library_paths(source: str) -> list[str]:
+    """Folders to put on sys.path for the modules call() imports that a plain interpreter
+    cannot find (a library living in a checkout, as the bundled one does)."""
+    wanted = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            wanted |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            wanted.add(node.module.split(".")[0])
+    installed = {os.path.realpath(p) for p in (sysconfig.get_paths().get("purelib"),
+                                               sysconfig.get_paths().get("platlib")) if p}
+    paths = []
+    for name in sorted(wanted - _PLAIN_IMPORTS):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
+            continue
+        origin = Path(spec.origin)
+        root = origin.parent.parent if origin.name == "__init__.py" else origin.parent
+        root_s = os.path.realpath(root)
+        if root_s not in installed and not root_s.startswith(os.path.realpath(sys.base_prefix)) \
+                and root_s not in paths:
+            paths.append(root_s)
+    return paths
+
+
+def _one_sentence(row: dict) -> str:
+    outcome, message = row.get("outcome", "?"), " ".join(str(row.get("message") or "").split())
+    if len(message) > 240:
+        message = message[:237] + "..."
+    if row.get("pass"):
+        return f"This case passes on the harness ({outcome}{': ' + message if message else ''})."
+    return f"The harness recorded `{outcome}` for this case: {message or 'no message'}."
+
+
+class _Float(float):
+    """A non-finite float whose repr is Python source (pprint writes `inf`, a NameError)."""
+
+    def __repr__(self) -> str:
+        return f"float({str(float(self))!r})"
+
+
+def _finite_safe(value):
+    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+        return _Float(value)
+    if isinstance(value, dict):
+        return {k: _finite_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_finite_safe(v) for v in value)
+    return value
+
+
+def _literal(value) -> str:
+    return pprint.pformat(_finite_safe(value), width=96, compact=True)
+
+
+def script_text(case, target, row: dict, command: str, disable_guards: str | None = None) -> str:
+    """The standalone script for `case` on `target`, whose harness row is `row`."""
+    import torch
+    from harness.model import platform_info
+    from harness.model.problem import build_problem
+    from harness.model.reference import NoReference, attention_baseline, attention_reference
+    from harness.model.tolerance import lse_tolerance, output_tolerance
+    from harness.targets.base import Skip
+
+    try:
+        source = target.standalone_source(case)
+    except Skip as why:
+        raise Unavailable(f"target {target.name!r} cannot write {case.id} as a standalone "
+                          f"script: {why}") from None
+    if source is None:
+        raise Unavailable(f"target {target.name!r} cannot write standalone scripts "
+                          "(its adapter has no standalone_source)")
+    # The input bits do not depend on the device (harness/model/problem.py): drawn here on
+    # the CPU, they are the ones the row's run used.
+    problem = build_problem(case.params, case.seed, "cpu")
+    raw = sum(t.numel() * t.element_size() for ts in (problem.q, problem.k, problem.v) for t in ts)
+    if raw > MAX_INPUT_BYTES:
+        raise Unavailable(f"{case.id}: its inputs are {raw >> 20} MiB, too large to embed "
+                          f"(at most {MAX_INPUT_BYTES >> 20} MiB)")
+    inputs = {name: [encode_tensor(t) for t in ts]
+              for name, ts in (("q", problem.q), ("k", problem.k), ("v", problem.v))}
+    tol = {"o": None, "lse": None, "baseline_error": None}
+    try:
+        ref, base = attention_reference(problem), attention_baseline(problem)
+        tol["o"], tol["baseline_error"] = output_tolerance(
+            ref["o"], base["o"], problem.dtype_name, ref["lse"], problem.head_dim)
+        tol["lse"] = lse_tolerance(ref["lse"])
+    except NoReference:
+        pass     # no defined answer (no kv heads): only a refusal is right
+    device = platform_info.device()
+    try:
+        lib_version = target.version()
+    except Exception as e:  # noqa: BLE001 - the header says what it could not read
+        lib_version = f"unknown ({type(e).__name__})"
+    problem_cfg = {
+        "num_qo_heads": problem.num_qo_heads, "num_kv_heads": problem.num_kv_heads,
+        "causal": problem.causal, "window_left": problem.window_left,
+        "sm_scale": problem.sm_scale, "return_lse": problem.return_lse,
+    }
+    env = {"KERNELS_DISABLE_GUARDS": disable_guards} if disable_guards else {}
+    paths = _library_paths(source)
+    header = [
+        f"# {_one_sentence(row)}",
+        f"# Case: {case.id} (contract: {case.expect}; seed {case.seed}).",
+        f"# Versions: torch {torch.__version__}; {target.name} {lib_version}"
+        + (f" (commit {row['commit']})" if row.get("commit") else "")
+        + f"; made on {device.type}.",
+        f"# Made by: {command}",
+        "# Run: python THIS_FILE.py  -> exit 0 when the library behaves as the contract allows,",
+        "# 1 on the defect (the verdict line says which); a crash in the library ends it the same way.",
+    ]
+    parts = [
+        "\n".join(header),
+        '"""Standalone reproducer: the inputs (exact bits), the library call, an fp64 reference."""',
+        "import base64\nimport math\nimport os\nimport re\nimport sys\nimport zlib",
+        "",
+    ]
+    if env:
+        parts.append("# The library as it was before its fixes (this row was made with them off);\n"
+                     "# set the variable yourself (an empty value: all guards on) to compare.\n"
+                     + "\n".join(f"os.environ.setdefault({k!r}, {v!r})" for k, v in env.items()))
+    if paths:
+        parts.append("# The library lives in a checkout, not in site-packages.\n"
+                     + "\n".join(f"sys.path.insert(0, {p!r})" for p in paths))
+    parts.append("import torch")
+    parts.append(f"CASE_ID = {case.id!r}\nEXPECT = {case.expect!r}\n"
+                 f"REFUSE_WORDS = {list(case.refuse_words)!r}\nDEVICE = {str(device)!r}\n"
+                 f"PROBLEM = {_literal(problem_cfg)}\n"
+                 f"# From the harness's tolerance model: K x the same-dtype baseline's error + floor.\n"
+                 f"TOLERANCE = {_literal(tol)}\n"
+                 f"HARNESS_ROW = {_literal({k: row.get(k) for k in ('outcome', 'pass', 'max_abs_diff', 'n_wrong', 'n_total', 'stage')})}")
+    parts.append("# ---- the library's calls (from the target adapter) ----\n" + source.strip("\n"))
+    parts.append(_SCRIPT_TAIL.strip("\n"))
+    parts.append("INPUTS = " + json.dumps(inputs, indent=1))
+    parts.append('if __name__ == "__main__":\n    sys.exit(main())')
+    return "\n\n\n".join(p for p in parts if p is not None) + "\n"
+
+
+def write_standalone(case, target_spec, row: dict, path, disable_guards: str | None = None,
+                     command: str | None = None) -> Path:
+    """Write the standalone script for `case` (its harness row `row`) on the target named
+    by `target_spec` (a registry name, module:factory or a file). Raises Unavailable."""
+    from harness.targets import load_target
+    from harness.tools.repro_command import repro_args, typed
+    path = Path(path)
+    if command is None:
+        spec = target_spec if isinstance(target_spec, str) else getattr(target_spec, "name", None)
+        command = typed(repro_args(case.id, spec, disable_guards)
+                        + ["--standalone", "-o", str(path)])
+    if disable_guards:
+        os.environ["KERNELS_DISABLE_GUARDS"] = disable_guards
+    target = load_target(target_spec) if isinstance(target_spec, str) else target_spec
+    text = script_text(case, target, row, command, disable_guards)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def write_class_repros(table_rows, out_dir, target_spec: str = "bundled",
+                       disable_guards: str | None = None) -> list[tuple[str, str]]:
+    """One standalone script per failure class of a table's rows (its first row), under
+    out_dir. Returns (case id, path or the reason none was written) per class."""
+    import pandas as pd
+    from harness.engine.session import all_cases
+    from harness.results.failure_classes import failure_classes
+    from harness.targets import load_target
+    rows = list(table_rows)
+    df = pd.DataFrame(rows)
+    target = load_target(target_spec)
+    by_id = {c.id: c for c in all_cases(target)}
+    row_of = {r["case_id"]: r for r in rows}
+    out_dir = Path(out_dir)
+    done = []
+    for n, cls in enumerate(failure_classes(df), 1):
+        case_id = _first_case(cls)
+        case, row = by_id.get(case_id), row_of.get(case_id)
+        if case is None or row is None:
+            done.append((str(case_id), "not in this checkout's cases"))
+            continue
+        safe = "".join(ch if ch.isalnum() else "_" for ch in case_id)[:80]
+        path = out_dir / f"{n:02d}-{safe}.py"
+        try:
+            write_standalone(case, target, row, path, disable_guards)
+            done.append((case_id, str(path)))
+        except Unavailable as why:
+            done.append((case_id, str(why)))
+    return done
+
+
+def _first_case(cls) -> str | None:
+    for name in ("case_ids", "cases", "examples"):
+        value = getattr(cls, name, None)
+        if value:
+            return value[0] if isinstance(value, (list, tuple)) else value
+    return getattr(cls, "case_id", None) or getattr(cls, "example", None)
+
+
+_SCRIPT_TAIL = r'''
+# ---- inputs, reference, verdict ----
+
+def decode(spec):
+    """A tensor from its raw bytes: the exact bits the harness built for this case."""
+    raw = bytearray(zlib.decompress(base64.b64decode(spec["data"])))
+    dtype = getattr(torch, spec["dtype"])
+    if not raw:
+        return torch.empty(spec["shape"], dtype=dtype)
+    return torch.frombuffer(raw, dtype=dtype).reshape(spec["shape"]).clone()
+
+
+def reference(qs, ks, vs):
+    """Attention in fp64, per request: bottom-right causal, sliding window, GQA head map,
+    natural-log LSE; a row that sees no key gives output 0 and LSE -inf."""
+    hq, hkv = PROBLEM["num_qo_heads"], PROBLEM["num_kv_heads"]
+    if hq % hkv == 0:
+        heads = [h // (hq // hkv) for h in range(hq)]
+    else:   # no GQA group: the even spread the harness judges values by
+        heads = [h * hkv // hq for h in range(hq)]
+    outs, lses = [], []
+    for q, k, v in zip(qs, ks, vs):
+        q, k, v = (t.to("cpu", torch.float64) for t in (q, k, v))
+        k, v = k[:, heads], v[:, heads]
+        rows, keys = q.shape[0], k.shape[0]
+        s = torch.einsum("lhd,khd->hlk", q, k) * PROBLEM["sm_scale"]
+        i = torch.arange(rows).unsqueeze(1)
+        j = torch.arange(keys).unsqueeze(0)
+        diagonal = i + (keys - rows)            # the key aligned with query row i
+        visible = torch.ones(rows, keys, dtype=torch.bool)
+        if PROBLEM["causal"]:
+            visible &= j <= diagonal
+        if PROBLEM["window_left"] >= 0:
+            visible &= j >= diagonal - PROBLEM["window_left"]
+        s = s.masked_fill(~visible, float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)                      # [H, rows]
+        p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+        outs.append(torch.einsum("hlk,khd->lhd", p, v))
+        lses.append(lse.transpose(0, 1))
+    return {"o": torch.cat(outs), "lse": torch.cat(lses)}
+
+
+def compare(name, got, exp, tol):
+    """(wrong elements, total, max |diff|, first wrong index or None) of got against exp."""
+    if tuple(got.shape) != tuple(exp.shape):
+        return exp.numel(), exp.numel(), float("inf"), f"shape {tuple(got.shape)} != {tuple(exp.shape)}"
+    g = got.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(exp)
+    diff = (g - exp).abs()
+    wrong = (finite & ~(diff <= tol)) | (~finite & ~((g == exp) | (torch.isnan(g) & torch.isnan(exp))))
+    d = torch.where(finite, torch.nan_to_num(diff, nan=float("inf"), posinf=float("inf")),
+                    torch.where(wrong, float("inf"), 0.0))
+    first = None
+    if bool(wrong.any()):
+        flat = int(wrong.flatten().nonzero()[0])
+        first = tuple(int(x) for x in torch.unravel_index(torch.tensor(flat), tuple(exp.shape)))
+    return int(wrong.sum()), exp.numel(), float(d.max()) if d.numel() else 0.0, first
+
+
+def names_word(message, word):
+    """word (or one of its |-separated names) occurs in message as a whole token."""
+    return any(re.search(r"(?<![A-Za-z0-9_])" + re.escape(alt) + r"(?![A-Za-z0-9_])", message,
+                         re.IGNORECASE) for alt in word.split("|") if alt)
+
+
+def judged(got, ref):
+    """(name, wrong, total, max |diff|, tol, first) for o, and the LSE where it was returned."""
+    out = []
+    for name in ("o", "lse"):
+        if name == "lse" and not (PROBLEM["return_lse"] and "lse" in got):
+            continue
+        if got.get(name) is None:
+            out.append((name, ref[name].numel(), ref[name].numel(), float("inf"), TOLERANCE[name], "not returned"))
+            continue
+        wrong, total, worst, first = compare(name, got[name], ref[name], TOLERANCE[name])
+        out.append((name, wrong, total, worst, TOLERANCE[name], first))
+    return out
+
+
+def where(name, first):
+    if first is None:
+        return ""
+    if isinstance(first, str):
+        return f" ({first})"
+    return f", first at {name}[{', '.join(map(str, first))}] (row, head, dim)"
+
+
+def main():
+    print(f"case {CASE_ID} ({EXPECT}); torch {torch.__version__} on {DEVICE}")
+    inputs = {name: [decode(t).to(DEVICE) for t in INPUTS[name]] for name in ("q", "k", "v")}
+    try:
+        got = call(inputs)
+        if DEVICE.startswith("cuda"):
+            torch.cuda.synchronize()
+    except Exception as error:  # a refusal: the library raised something a caller can catch
+        text = f"{type(error).__name__}: {error}"
+        if EXPECT == "match":
+            print(f"VERDICT unexpected_refusal: a valid input was refused: {text}")
+            return 1
+        missing = [w for w in REFUSE_WORDS if not names_word(str(error), w)]
+        if missing:
+            print(f"VERDICT refused, but the message does not name {missing} as words: {text}")
+            return 1
+        print(f"VERDICT refused (the contract allows it): {text}")
+        return 0
+    ref = reference(inputs["q"], inputs["k"], inputs["v"]) if TOLERANCE["o"] is not None else None
+    results = judged(got, ref) if ref is not None else []
+    detail = "; ".join(f"{n} max|diff| {m:.3g} (tol {t:.3g}), {w}/{tot} wrong{where(n, f)}"
+                       for n, w, tot, m, t, f in results)
+    if EXPECT == "refuse":
+        print("VERDICT silent: the call returned without raising; this input has no defined "
+              f"answer and must be refused ({detail or 'no reference'})")
+        return 1
+    bad = [r for r in results if r[1]]
+    if bad:
+        print(f"VERDICT wrong: {detail}")
+        return 1
+    print(f"VERDICT match: {detail}")
+    return 0
+'''

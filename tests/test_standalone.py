@@ -1,0 +1,153 @@
+"""`harness repro CASE --standalone`: the script reproduces the row with torch and the library
+alone, in an interpreter where the harness cannot be imported (`python -I`, run elsewhere)."""
+from __future__ import annotations
+
+import argparse
+import ast
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.engine import child
+from harness.model.case import Case
+from harness.targets.base import Target
+from harness.tools.standalone import (Unavailable, decode_tensor, encode_tensor, script_text,
+                                      write_standalone)
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (target, disabled guards, case id, the outcome its row has on the host)
+SAMPLE = [
+    ("bundled", "all", "fa2.ragged_prefill/strided.q_stride2/fp16-d64-h4x2", "wrong"),
+    ("bundled", "all", "fa2.single_prefill/gqa.q12_over_kv8/bf16-d128-h12x8", "silent"),
+    ("bundled", "all", "fa2.single_prefill/gqa.q4_over_kv8/bf16-d128-h4x8", "crash"),
+    ("bundled", "all", "fa2.batch_decode/gqa.q12_over_kv8/bf16-d128-h12x8", "silent"),
+    ("bundled", "all", "fa2.paged_prefill/gqa.q6_over_kv3/bf16-d128-h6x3", "match"),
+    ("bundled", None, "fa2.single_decode/gqa.q12_over_kv8/fp16-d128-h12x8", "refused"),
+    ("torch-sdpa", None, "sdpa_math.single_prefill/gqa.q6_over_kv3/bf16-d128-h6x3", "match"),
+    ("torch-sdpa", None, "sdpa_math.single_prefill/strided.k_stride2/bf16-d128-h4x2-nhd", "match"),
+]
+
+
+def _row(target: str, guards: str | None, case_id: str) -> dict:
+    out = child.run(child.Spec(target=target, cases=[], case_id=case_id, disable_guards=guards,
+                               case_timeout=120))
+    assert out.rows, out.stderr[-2000:]
+    return out.rows[-1]
+
+
+def _case(target: str, case_id: str) -> Case:
+    from harness.engine.session import all_cases
+    from harness.targets import load_target
+    return next(c for c in all_cases(load_target(target)) if c.id == case_id)
+
+
+def _run_isolated(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    # -I: no PYTHONPATH, no script folder, no user site; cwd elsewhere: the checkout (and so
+    # the harness) is not importable unless the script itself puts the library's folder there.
+    return subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, env={"PATH": "/usr/bin:/bin",
+                                                          "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize("target,guards,case_id,outcome", SAMPLE,
+                         ids=[s[2].split("/", 1)[1] + f"@{s[0]}" for s in SAMPLE])
+def test_script_agrees_with_the_row(tmp_path, target, guards, case_id, outcome):
+    row = _row(target, guards, case_id)
+    assert row["outcome"] == outcome, row["message"]
+    path = write_standalone(_case(target, case_id), target, row, tmp_path / "repro.py", guards)
+    text = path.read_text()
+    assert "harness" not in {n.names[0].name.split(".")[0] for n in ast.walk(ast.parse(text))
+                             if isinstance(n, ast.Import)}
+    assert not any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("harness")
+                   for n in ast.walk(ast.parse(text)))
+    assert text.startswith(f"# The harness recorded `{outcome}`" if not row["pass"]
+                           else "# This case passes")
+    assert "# Versions: torch " in text and "# Made by: harness repro " in text
+    done = _run_isolated(path, tmp_path)
+    if outcome == "crash":
+        # The script simply makes the call, so it dies of the row's signal.
+        sig = signal.Signals(-done.returncode).name if done.returncode < 0 else str(done.returncode)
+        assert sig in row["message"], (done.returncode, done.stdout, done.stderr[-1500:])
+        return
+    verdict = [line for line in done.stdout.splitlines() if line.startswith("VERDICT ")]
+    assert len(verdict) == 1, (done.stdout, done.stderr[-2000:])
+    assert verdict[0].startswith(f"VERDICT {outcome}"), verdict
+    assert done.returncode == (0 if row["pass"] else 1), (done.stdout, done.stderr[-2000:])
+
+
+def test_the_guards_env_is_only_a_default(tmp_path):
+    """A guards-off script with the guards turned back on shows the fix: the refusal."""
+    case_id = "fa2.single_prefill/gqa.q12_over_kv8/bf16-d128-h12x8"
+    row = {"outcome": "silent", "pass": False, "message": "ran without error"}
+    path = write_standalone(_case("bundled", case_id), "bundled", row, tmp_path / "r.py", "all")
+    done = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "KERNELS_DISABLE_GUARDS": ""})
+    assert done.returncode == 0 and "VERDICT refused" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_inputs_keep_their_bits(dtype):
+    t = torch.randn(3, 2, 5).to(dtype)
+    t[0, 0, 0] = float("nan")
+    t[1, 1, 1] = -0.0
+    back = decode_tensor(encode_tensor(t))
+    assert back.dtype == dtype and back.shape == t.shape
+    bits = {2: torch.int16, 4: torch.int32}[t.element_size()]
+    assert torch.equal(back.view(bits), t.view(bits))
+    assert decode_tensor(encode_tensor(torch.empty(0, 4, dtype=dtype))).shape == (0, 4)
+
+
+class _NoScripts(Target):
+    name = "no-scripts"
+
+    def version(self):
+        return "0"
+
+
+def test_a_target_without_standalone_source_says_so(tmp_path):
+    case = _case("bundled", "fa2.single_prefill/gqa.q6_over_kv3/bf16-d128-h6x3")
+    with pytest.raises(Unavailable, match="cannot write standalone scripts"):
+        script_text(case, _NoScripts(), {"outcome": "match", "pass": True}, "harness repro x")
+
+
+def test_a_case_the_adapter_cannot_write_names_why():
+    from harness.targets import load_target
+    case = next(c for c in load_target("bundled").cases(["misplanned"]) if c.params.get("mismatch"))
+    with pytest.raises(Unavailable, match="mis-planned"):
+        script_text(case, load_target("bundled"), {"outcome": "silent"}, "harness repro x")
+
+
+def _args(**over) -> argparse.Namespace:
+    base = dict(case_id="fa2.paged_prefill/gqa.q6_over_kv3/bf16-d128-h6x3", target="bundled",
+                disable_guards=None, case_json=None, cases_file=None, json=True, verbose=False,
+                in_process=False, case_timeout=None, standalone=True, output=None)
+    return argparse.Namespace(**{**base, **over})
+
+
+def test_repro_standalone_writes_the_script_and_keeps_the_exit_code(tmp_path, capsys):
+    from harness.tools.repro import cmd_repro
+    assert cmd_repro(_args()) == 2                              # no -o
+    assert "needs -o" in capsys.readouterr().err
+    out = tmp_path / "s.py"
+    assert cmd_repro(_args(output=str(out))) == 0
+    err = capsys.readouterr().err
+    assert f"wrote {out}" in err and out.exists()
+    assert "--standalone -o" in out.read_text().splitlines()[3]
+    miss = _args(case_id="fa2.paged_prefill/gqa.q6_over_kv3/nope", output=str(out))
+    assert cmd_repro(miss) == 4
+
+
+def test_repro_standalone_on_an_unwritable_case_is_one_line_exit_2(tmp_path, capsys):
+    from harness.targets import load_target
+    from harness.tools.repro import cmd_repro
+    case = next(c for c in load_target("bundled").cases(["misplanned"]) if c.params.get("mismatch"))
+    assert cmd_repro(_args(case_id=case.id, output=str(tmp_path / "x.py"))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("repro: target 'bundled' cannot write") and "mis-planned" in err[-1]
+    assert not (tmp_path / "x.py").exists()
