@@ -49,6 +49,32 @@ PROBLEMS = {
 }
 
 
+def contract(hq: int, hkv: int) -> tuple[str, str, tuple[str, ...]]:
+    """(variant, expect, refusal words) of a head count pair: HEADS' rows, by rule, so that
+    a shrunk case (other counts) is named and judged as the family would write it."""
+    if hkv == 0:
+        return "kv0", "refuse", ("num_kv_heads", "0")
+    variant = f"q{hq}_over_kv{hkv}"
+    if hq % hkv:
+        return variant, "refuse", ("num_qo_heads", str(hq), "num_kv_heads", str(hkv))
+    return variant, "match", ()
+
+
+def tag_of(params) -> str:
+    return f"{params['dtype']}-d{params['head_dim']}-h{params['num_qo_heads']}x{params['num_kv_heads']}"
+
+
+def heads_case(route: str, params: dict, tag: str) -> Case:
+    variant, expect, words = contract(params["num_qo_heads"], params["num_kv_heads"])
+    return Case(route=route, family=FAMILY, variant=variant, params=params, expect=expect,
+                refuse_words=words, tag=tag)
+
+
+def rebuild(case: Case, params: dict) -> Case:
+    """The case this family writes for `params` in `case`'s call form (its tag's suffix)."""
+    return heads_case(case.route, params, tag_of(params) + case.tag[len(tag_of(case.params)):])
+
+
 def cases(routes) -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
@@ -58,6 +84,6 @@ def cases(routes) -> Iterator[Case]:
                 "return_lse": op not in ("mixed_batch",), **PROBLEMS[op]}
         for hq, hkv, variant, expect, words in HEADS:
             params = {**base, "num_qo_heads": hq, "num_kv_heads": hkv}
-            for form, tag in forms(params, f"{params['dtype']}-d128-h{hq}x{hkv}"):
-                yield Case(route=route, family=FAMILY, variant=variant, params=form,
-                           expect=expect, refuse_words=words, tag=tag)
+            assert contract(hq, hkv) == (variant, expect, words), (hq, hkv)
+            for form, tag in forms(params, tag_of(params)):
+                yield heads_case(route, form, tag)

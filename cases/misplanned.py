@@ -1,9 +1,12 @@
-"""misplanned: run() tensors that disagree with plan(), and plans that fail (seed 002).
+"""misplanned: the metadata disagrees with the tensors, and plans that fail (seed 002).
 
-plan() gets the problem as described; run() gets tensors that disagree with
-it in one field (harness/targets/plan_run/mismatch.py lists them). Each must
-be refused with a ValueError naming the field. Before the fix these ran
-silently (reading past q, a truncated head loop) or killed the process.
+The batch description (plan() where the library has one; the metadata tensors and
+arguments of one call where it does not) states the problem; the tensors disagree with it
+in one field (harness/model/capabilities.py METADATA_FIELDS names them; each adapter's
+mismatch module performs them). Each must be refused naming the field. Before the fix these
+ran silently (reading past q, a truncated head loop) or killed the process. A case asks for
+its field ("metadata.<field>" in requires), never for plan(), so every target that declares
+the field gets it, in every dtype.
 
 q rows: fewer than planned must be refused; more is what CUDA-graph callers
 do (they pad q and out to a fixed capacity), so up to capacity it must run
@@ -35,6 +38,10 @@ from harness.model.routes import op_of
 FAMILY = "misplanned"
 OPS = ("paged_prefill", "ragged_prefill", "batch_decode")
 
+DTYPES = ("bf16", "fp16", "fp32")
+TORCH_NAME = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+# The dtype a dtype mismatch hands run(): another one of the three.
+OTHER_DTYPE = {"bf16": "fp16", "fp16": "bf16", "fp32": "bf16"}
 _BASE = {"dtype": "bf16", "head_dim": 128, "num_qo_heads": 8, "num_kv_heads": 2,
          "window_left": -1, "return_lse": True}
 PROBLEMS = {
@@ -63,17 +70,41 @@ MISMATCHES = (
     ("q_rows_padded", "q_rows", lambda p: _rows(p) + 5, "match", "", None),
     ("kv_rows_fewer", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", "kv_rows",
      lambda p: sum(p["kv_lens"])),
-    ("dtype", "dtype", "fp16", "refuse", "dtype", lambda p: "bfloat16"),
+    ("dtype", "dtype", lambda p: OTHER_DTYPE[p["dtype"]], "refuse", "dtype",
+     lambda p: TORCH_NAME[p["dtype"]]),
+    # Fields of a batch described by metadata tensors (a vLLM-shaped call): the count the
+    # metadata states against the tensors, each index within what it indexes, each length
+    # within what holds it, each offset list consistent with the rows.
+    ("batch_size", "batch_size", lambda p: len(p["qo_lens"]) + 1, "refuse", "batch_size",
+     lambda p: len(p["qo_lens"])),
+    ("kv_lens_past_table", "kv_lens", lambda p: (_blocks_wide(p) + 1) * p["page_size"],
+     "refuse", "kv_lens", None),
+    ("block_table_past_pool", "block_table", lambda p: _pool_blocks(p) + 7, "refuse",
+     "block_table", None),
+    ("query_start_loc_short", "query_start_loc", lambda p: _rows(p) - 1, "refuse",
+     "query_start_loc", _rows),
 )
+
+
+def _blocks_wide(p) -> int:
+    """The block table's width: the most blocks any request holds."""
+    return max(-(-k // p["page_size"]) for k in p["kv_lens"])
+
+
+def _pool_blocks(p) -> int:
+    """Blocks in the pool: every request's, plus the one spare past them."""
+    return sum(-(-k // p["page_size"]) for k in p["kv_lens"]) + 1
 # Batch decode plans one query row per request: its row count is the batch size.
 WORD_BY_OP = {("batch_decode", "rows"): "batch_size"}
 APPLIES = {
     "paged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
-                      "rank", "q_rows", "dtype"},
+                      "rank", "q_rows", "dtype", "batch_size", "kv_lens", "block_table",
+                      "query_start_loc"},
     "ragged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "rank",
                        "q_rows", "kv_rows", "dtype"},
     "batch_decode": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
-                     "rank", "q_rows", "dtype"},
+                     "rank", "q_rows", "dtype", "batch_size", "kv_lens", "block_table",
+                     "query_start_loc"},
 }
 
 
@@ -97,26 +128,55 @@ def _scenarios(op, base):
            ("plan_run",))
 
 
+def mismatch_case(route: str, variant: str, params: dict, tag: str) -> Case:
+    """The case for one mismatch over a problem: its refusal words (the field, the value
+    stated and the value given), tag and needs are derived from params alone, so a shrunk
+    case gets them rebuilt by the same code."""
+    op = op_of(route)
+    spec = {v: (f, val, e, w, pl) for v, f, val, e, w, pl in MISMATCHES}[variant]
+    field, _, expect, word, planned = spec
+    value = params["mismatch"]["value"]
+    words = ()
+    if expect == "refuse":
+        given = TORCH_NAME[value] if field == "dtype" else value
+        words = (WORD_BY_OP.get((op, word), word),) + (
+            (str(planned(params)),) if planned is not None else ()) + (str(given),)
+    return Case(route=route, family=FAMILY, variant=variant, params=params, expect=expect,
+                refuse_words=words, tag=tag, requires=(f"metadata.{field}",))
+
+
+def rebuild(case: Case, params: dict) -> Case:
+    """The case this family writes for `params` in `case`'s call form: a mismatch whose
+    value follows the problem (a row fewer than planned) is recomputed from it, and so are
+    the words naming the planned and given values."""
+    tag = _tag(params) + case.tag[len(_tag(case.params)):]
+    spec = {v: val for v, _, val, *_ in MISMATCHES}.get(case.variant)
+    if spec is None or "mismatch" not in params:
+        return Case(route=case.route, family=FAMILY, variant=case.variant, params=params,
+                    expect=case.expect, refuse_words=case.refuse_words, tag=tag,
+                    requires=case.requires)
+    if callable(spec):
+        params = {**params, "mismatch": {**params["mismatch"], "value": spec(params)}}
+    return mismatch_case(case.route, case.variant, params, tag)
+
+
 def cases(routes) -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
         if op not in PROBLEMS:
             continue
+        for dtype in DTYPES:
+            base = {**_BASE, **PROBLEMS[op], "dtype": dtype}
+            tag = _tag(base)
+            for variant, field, value, expect, word, planned in MISMATCHES:
+                if field not in APPLIES[op]:
+                    continue
+                value = value(base) if callable(value) else value
+                params = {**base, "mismatch": {"field": field, "value": value}}
+                for form, form_tag in forms(params, tag):
+                    yield mismatch_case(route, variant, form, form_tag)
         base = {**_BASE, **PROBLEMS[op]}
         tag = _tag(base)
-        for variant, field, value, expect, word, planned in MISMATCHES:
-            if field not in APPLIES[op]:
-                continue
-            value = value(base) if callable(value) else value
-            params = {**base, "mismatch": {"field": field, "value": value}}
-            words = ()
-            if expect == "refuse":
-                given = "float16" if field == "dtype" else value
-                words = (WORD_BY_OP.get((op, word), word), str(planned(base)), str(given))
-            for form, form_tag in forms(params, tag):
-                yield Case(route=route, family=FAMILY, variant=variant, params=form,
-                           expect=expect, refuse_words=words, tag=form_tag,
-                           requires=("plan_run",))
         for variant, params, expect, words, requires in _scenarios(op, base):
             for form, form_tag in forms(params, tag):
                 yield Case(route=route, family=FAMILY, variant=variant, params=form,

@@ -129,3 +129,11 @@ def cases(routes) -> Iterator[Case]:
                               [(params, _tag(params))]):
                 yield Case(route=route, family=FAMILY, variant=variant, params=form,
                            expect=expect, refuse_words=words, tag=tag)
+
+
+def rebuild(case: Case, params: dict) -> Case:
+    """The case this family writes for `params` in `case`'s call form: the words name the
+    tensor (not a value), so only the tag follows the params."""
+    return Case(route=case.route, family=FAMILY, variant=case.variant, params=params,
+                expect=case.expect, refuse_words=case.refuse_words,
+                tag=_tag(params) + case.tag[len(_tag(case.params)):])

@@ -6,7 +6,7 @@ import math
 import torch
 
 from . import _lib, guards
-from ._lib import AttnParams, DTYPE_CODES
+from ._lib import AttnParams, DTYPE_CODES, FP8_CODES
 
 LAYOUTS = ("NHD", "HND")
 
@@ -52,14 +52,31 @@ def default_scale(sm_scale, head_dim_qk: int) -> float:
     return float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim_qk)
 
 
-def check_device(where: str, tensors: dict) -> None:
+def check_device(where: str, tensors: dict, fp8_ok=()) -> None:
+    """fp8_ok: the names of the tensors that may be fp8 (the k/v caches of the routes that take them)."""
     guards.device_matches(where, _lib.platform(), tensors)
-    guards.dtype_supported(where, {k: v for k, v in tensors.items() if v is not None})
+    given = {k: v for k, v in tensors.items() if v is not None}
+    guards.fp8_kv_route(where, given, fp8_ok)
+    guards.dtype_supported(where, {k: v for k, v in given.items() if v.dtype not in FP8_CODES})
 
 
 def code(dtype: torch.dtype) -> int:
     # A dtype the guards let through but the ABI cannot name: the C shim refuses code -1.
-    return DTYPE_CODES.get(dtype, -1)
+    return DTYPE_CODES.get(dtype, FP8_CODES.get(dtype, -1))
+
+
+def run_features(where: str, num_qo_heads: int, sinks=None, alibi_slopes=None, k_scale=None,
+                 v_scale=None) -> dict:
+    """AttnParams fields of run()'s per-call features, checked (nothing to check when none given)."""
+    f = {}
+    if sinks is not None or alibi_slopes is not None:
+        vecs = {"sinks": sinks, "alibi_slopes": alibi_slopes}
+        guards.per_head_vector(where, _lib.platform(), vecs, num_qo_heads)
+        f.update({k: _lib.ptr(v) for k, v in vecs.items() if v is not None})
+    if k_scale is not None or v_scale is not None:
+        f["k_scale"] = guards.kv_scale_scalar(where, "k_scale", k_scale)
+        f["v_scale"] = guards.kv_scale_scalar(where, "v_scale", v_scale)
+    return f
 
 
 def params(*, q, k, v, kd: dict, vd: dict, o, lse, num_qo_heads, num_kv_heads, head_dim_qk,
@@ -77,6 +94,7 @@ def params(*, q, k, v, kd: dict, vd: dict, o, lse, num_qo_heads, num_kv_heads, h
     p.head_dim_qk, p.head_dim_vo = head_dim_qk, head_dim_vo
     p.page_size, p.causal, p.window_left = page_size, int(causal), window_left
     p.sm_scale = default_scale(sm_scale, head_dim_qk)
+    p.k_scale = p.v_scale = 1.0
     p.q_dtype, p.kv_dtype, p.o_dtype = code(q_dtype), code(kv_dtype), code(o_dtype)
     for name, value in rest.items():
         setattr(p, name, value)

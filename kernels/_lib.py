@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes as C
+import os
 import threading
 
 import torch
@@ -24,10 +25,14 @@ class AttnParams(C.Structure):
         ("page_size", _i32), ("causal", _i32), ("window_left", _i32), ("sm_scale", C.c_float),
         ("q_dtype", _i32), ("kv_dtype", _i32), ("o_dtype", _i32), ("split", _i32),
         ("max_qo_len", _i32),
+        ("logits_soft_cap", C.c_float), ("k_scale", C.c_float), ("v_scale", C.c_float),
+        ("sinks", _p), ("alibi_slopes", _p), ("custom_mask", _p), ("mask_indptr", _p),
     ]
 
 
 DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+# fp8 only as a KV cache element (paged prefill, batch decode).
+FP8_CODES = {torch.float8_e4m3fn: 3, torch.float8_e5m2: 4}
 
 _SIGNATURES = {
     "kernels_last_error": ([], C.c_char_p),
@@ -45,9 +50,49 @@ _SIGNATURES = {
     "kernels_convert_host": ([_p, C.c_int, _p, C.c_int, _i64], C.c_int),
 }
 
-_lock = threading.Lock()
+# Only the test-only library (libkernels_testonly.so) has these.
+_TESTONLY_SIGNATURES = {
+    "kernels_testonly_set_kernel_fault": ([C.c_char_p], C.c_int),
+    "kernels_testonly_kernel_faults": ([], C.c_char_p),
+}
+
+# Read once, when the first call loads a library: a process started with it set (a harness
+# worker of a test) loads the test-only library with that fault (kernels/testonly.py). No
+# launch reads the environment.
+FAULT_ENV = "KERNELS_TESTONLY_FAULT"
+
+_lock = threading.RLock()
 _handle = None
+_opened: dict = {}  # variant -> CDLL, each opened once per process
 _platform = None  # kernels_platform() of the loaded library, which cannot change in a process
+
+
+def open_variant(variant: str):
+    """The CDLL of a build variant ('default' or 'testonly'), built and opened on first use."""
+    with _lock:
+        h = _opened.get(variant)
+        if h is None:
+            from .build import build_info
+            h = C.CDLL(build_info(variant)["path"])
+            sigs = {**_SIGNATURES, **(_TESTONLY_SIGNATURES if variant == "testonly" else {})}
+            for name, (args, res) in sigs.items():
+                fn = getattr(h, name)
+                fn.argtypes, fn.restype = args, res
+            if h.kernels_params_size() != C.sizeof(AttnParams):
+                raise RuntimeError("kernels: AttnParams in _lib.py disagrees with csrc/params.h")
+            _opened[variant] = h
+        return h
+
+
+def use_variant(variant: str):
+    """Point every later call of this process at a variant's library; returns its CDLL."""
+    global _handle
+    with _lock:
+        h = open_variant(variant)
+        from . import build
+        build.set_active(variant)
+        _handle = h
+        return h
 
 
 def lib():
@@ -55,14 +100,11 @@ def lib():
     if _handle is None:
         with _lock:
             if _handle is None:
-                from .build import build_info
-                h = C.CDLL(build_info()["path"])
-                for name, (args, res) in _SIGNATURES.items():
-                    fn = getattr(h, name)
-                    fn.argtypes, fn.restype = args, res
-                if h.kernels_params_size() != C.sizeof(AttnParams):
-                    raise RuntimeError("kernels: AttnParams in _lib.py disagrees with csrc/params.h")
-                _handle = h
+                if os.environ.get(FAULT_ENV):
+                    from .testonly import use_fault_library
+                    use_fault_library(os.environ[FAULT_ENV])  # sets _handle, or raises at every call
+                else:
+                    use_variant("default")
     return _handle
 
 

@@ -5,6 +5,11 @@ target builds again and nothing else does. Concurrent processes (xdist workers) 
 lock and the library appears by atomic rename, so it is built once.
 
     python -m kernels.build [--platform host|nvidia|amd] [--arch A[,B]] [--compile-only]
+                            [--variant default|testonly]
+
+Two variants share the sources: `default`, the shipped libkernels.so, and `testonly`,
+libkernels_testonly.so, compiled with -DKERNELS_TEST_FAULTS and csrc/testonly/ (the kernel
+faults kernels.testonly selects). Each is keyed by its own sources and flags.
 
 amd picks a toolchain per arch: hipcc first, else clang++-19..22 driven directly in HIP mode
 against Debian's HIP 5.2 headers and device libraries (kernels/AMD.md says what each covers).
@@ -32,14 +37,41 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 REPO = CSRC.parent.parent
 PLATFORMS = ("host", "nvidia", "amd")
 LIB_NAME = "libkernels.so"
+VARIANTS = ("default", "testonly")
+LIB_NAMES = {"default": LIB_NAME, "testonly": "libkernels_testonly.so"}
+TESTONLY_DIR = CSRC / "testonly"
+# The test-only library compiles testonly/api.cpp (which includes api.cpp) in api.cpp's place.
+TESTONLY_REPLACES = "api.cpp"
 
 
 class BuildError(RuntimeError):
     pass
 
 
-def sources() -> list[Path]:
-    return sorted(p for p in CSRC.iterdir() if p.suffix in (".cpp", ".h"))
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise BuildError(f"variant is {variant!r}; expected one of {VARIANTS}")
+
+
+def sources(variant: str = "default") -> list[Path]:
+    """Every file the variant's build reads (its cache key); the default never reads testonly/."""
+    _check_variant(variant)
+    found = [p for p in CSRC.iterdir() if p.suffix in (".cpp", ".h")]
+    if variant == "testonly":
+        found += [p for p in TESTONLY_DIR.iterdir() if p.suffix in (".cpp", ".h")]
+    return sorted(found)
+
+
+def compiled(variant: str = "default") -> list[Path]:
+    """The translation units the variant compiles."""
+    units = [p for p in sources(variant) if p.suffix == ".cpp"]
+    if variant == "testonly":
+        units = [p for p in units if p.parent != CSRC or p.name != TESTONLY_REPLACES]
+    return units
+
+
+def _variant_flags(variant: str) -> list[str]:
+    return ["-DKERNELS_TEST_FAULTS"] if variant == "testonly" else []
 
 
 def cache_dir() -> Path:
@@ -186,8 +218,9 @@ def amd_groups(arch: str) -> list[tuple[Toolchain, list[str]]]:
     return [(tc, groups[tc]) for tc in tcs if tc in groups]
 
 
-def _amd_command(tc: Toolchain, archs: list[str], srcs: list[str], out: Path, devlibs: str) -> list[str]:
-    flags = ["-x", "hip", "-O2", "-std=c++17", "-fPIC", "-shared", "-DKERNELS_PLATFORM_AMD"]
+def _amd_command(tc: Toolchain, archs: list[str], srcs: list[str], out: Path, devlibs: str,
+                 vflags: list[str] = ()) -> list[str]:
+    flags = ["-x", "hip", "-O2", "-std=c++17", "-fPIC", "-shared", "-DKERNELS_PLATFORM_AMD", *vflags]
     if tc.direct:
         # Code object v5: Debian's device libs have oclc_abi_version_500 but not clang 22's v6.
         flags = ["-x", "hip", f"--rocm-path={_rocm_root()}", f"--rocm-device-lib-path={devlibs}",
@@ -217,9 +250,11 @@ def _prepare_devlibs(tc: Toolchain, archs: list[str], d: Path) -> None:
             raise BuildError(f"amd {a}: {tc} could not make {name}:\n{proc.stdout}{proc.stderr}")
 
 
-def command(platform: str, arch: str, out: Path, devlibs: str = DEVLIBS_PLACEHOLDER) -> tuple[list[str], dict]:
+def command(platform: str, arch: str, out: Path, devlibs: str = DEVLIBS_PLACEHOLDER,
+            variant: str = "default") -> tuple[list[str], dict]:
     """The compiler command line and its extra environment (amd: archs of one toolchain only)."""
-    srcs = [str(p) for p in sources() if p.suffix == ".cpp"]
+    srcs = [str(p) for p in compiled(variant)]
+    vflags = _variant_flags(variant)
     env: dict = {}
     if platform == "host":
         cc = _find("g++")
@@ -239,33 +274,37 @@ def command(platform: str, arch: str, out: Path, devlibs: str = DEVLIBS_PLACEHOL
                              + "; ".join(f"{tc} for {','.join(a)}" for tc, a in groups)
                              + " (--compile-only checks them all)")
         tc, archs = groups[0]
-        return _amd_command(tc, archs, srcs, out, devlibs), {"HIP_PLATFORM": "amd"}
+        return _amd_command(tc, archs, srcs, out, devlibs, vflags), {"HIP_PLATFORM": "amd"}
     else:
         raise BuildError(f"unknown platform {platform!r}; expected one of {PLATFORMS}")
     if cc is None:
         raise BuildError(f"cannot build the {platform} library: compiler not found; install {_INSTALL[platform]}")
-    return [cc, *flags, *srcs, "-o", str(out)], env
+    return [cc, *flags, *vflags, *srcs, "-o", str(out)], env
 
 
-def build_hash(platform: str, arch: str) -> str:
+def build_hash(platform: str, arch: str, variant: str = "default") -> str:
     h = hashlib.sha256()
-    for p in sources():
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    srcs = {str(p) for p in sources()}
+    for p in sources(variant):
+        # The path below csrc/ (a plain name for the shipped files, so their key is unchanged).
+        h.update(p.relative_to(CSRC).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    srcs = {str(p) for p in sources(variant)}
     if platform == "amd":  # every toolchain's command, named by toolchain (paths differ per machine)
         flags = [f for tc, a in amd_groups(arch)
-                 for f in [tc.name, *_amd_command(tc, a, [], Path("OUT"), DEVLIBS_PLACEHOLDER)[1:]]]
+                 for f in [tc.name, *_amd_command(tc, a, [], Path("OUT"), DEVLIBS_PLACEHOLDER,
+                                                  _variant_flags(variant))[1:]]]
     else:
-        cmd, _ = command(platform, arch, Path("OUT"))
+        cmd, _ = command(platform, arch, Path("OUT"), variant=variant)
         flags = [f for f in cmd[1:] if f not in srcs]
-    h.update(repr([platform, arch] + flags).encode())
+    # The compiled units too: which file stands in for which is part of what was built.
+    units = [p.relative_to(CSRC).as_posix() for p in compiled(variant)]
+    h.update(repr([platform, arch] + flags + (units if variant != "default" else [])).encode())
     return h.hexdigest()
 
 
-def _compile(platform: str, arch: str, out: Path) -> None:
+def _compile(platform: str, arch: str, out: Path, variant: str = "default") -> None:
     with tempfile.TemporaryDirectory() as d:
         devlibs = Path(d) / "devlibs"
-        cmd, env = command(platform, arch, out, str(devlibs))
+        cmd, env = command(platform, arch, out, str(devlibs), variant)
         if platform == "amd" and any(f.startswith("--rocm-device-lib-path=") for f in cmd):
             (tc, archs), = amd_groups(arch)
             _prepare_devlibs(tc, archs, devlibs)
@@ -296,17 +335,18 @@ def code_objects(lib: Path) -> dict[str, int]:
     return found
 
 
-def ensure_built(platform: str | None = None, arch: str | None = None) -> dict:
+def ensure_built(platform: str | None = None, arch: str | None = None, variant: str = "default") -> dict:
     """Build if needed; return build_info's dict."""
+    _check_variant(variant)
     if platform is None:
         platform, detected = detect()
         arch = arch or detected
     arch = arch or ("native" if platform == "host" else None)
     if arch is None:
         raise BuildError(f"platform {platform}: pass --arch")
-    key = build_hash(platform, arch)
+    key = build_hash(platform, arch, variant)
     root = cache_dir()
-    target = root / f"{platform}-{arch.replace(',', '+')}-{key[:16]}" / LIB_NAME
+    target = root / f"{platform}-{arch.replace(',', '+')}-{key[:16]}" / LIB_NAMES[variant]
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target.parent / ".lock", "w") as lock:
@@ -315,45 +355,59 @@ def ensure_built(platform: str | None = None, arch: str | None = None) -> dict:
                 fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
                 os.close(fd)
                 try:
-                    _compile(platform, arch, Path(tmp))
+                    _compile(platform, arch, Path(tmp), variant)
                     os.replace(tmp, target)
                 finally:
                     if os.path.exists(tmp):
                         os.unlink(tmp)
-    return {"platform": platform, "arch": arch, "build_hash": key, "path": str(target)}
+    return {"platform": platform, "arch": arch, "build_hash": key, "path": str(target), "variant": variant}
 
 
-_INFO: dict | None = None
+_INFO: dict = {}
+# The variant kernels._lib has loaded (it sets this when it opens one); build_info() names it.
+_active = "default"
 
 
-def build_info() -> dict:
-    """dict(platform, arch, build_hash, path) of the library this process loads."""
-    global _INFO
-    if _INFO is None:
-        _INFO = ensure_built()
-    return dict(_INFO)
+def build_info(variant: str | None = None) -> dict:
+    """dict(platform, arch, build_hash, path, variant) of the library this process loads (or
+    of the variant named), built on first use."""
+    variant = variant or _active
+    if variant not in _INFO:
+        _INFO[variant] = ensure_built(variant=variant)
+    return dict(_INFO[variant])
 
 
-def compile_only(platform: str, arch: str) -> dict:
+def set_active(variant: str) -> None:
+    """kernels._lib's record of the loaded variant."""
+    global _active
+    _check_variant(variant)
+    _active = variant
+
+
+def compile_only(platform: str, arch: str, variant: str = "default") -> dict:
     """Compile into a temporary dir and report; for targets this machine cannot run.
 
     amd: one full host+device build per toolchain (in parallel); each arch is reported with its
     toolchain and the size of its device code object, and an arch without one fails the check."""
+    _check_variant(variant)
+    lib_name = LIB_NAMES[variant]
     if platform != "amd":
         with tempfile.TemporaryDirectory() as d:
-            out = Path(d) / LIB_NAME
-            _compile(platform, arch, out)
+            out = Path(d) / lib_name
+            _compile(platform, arch, out, variant)
             size = out.stat().st_size
-        return {"platform": platform, "arch": arch, "build_hash": build_hash(platform, arch), "bytes": size}
+        return {"platform": platform, "arch": arch, "variant": variant,
+                "build_hash": build_hash(platform, arch, variant), "bytes": size}
     groups = amd_groups(arch)
-    info = {"platform": platform, "arch": arch, "build_hash": build_hash(platform, arch), "bytes": 0}
+    info = {"platform": platform, "arch": arch, "variant": variant,
+            "build_hash": build_hash(platform, arch, variant), "bytes": 0}
 
     def one(group):
         tc, archs = group
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as d:
-            out = Path(d) / LIB_NAME
-            _compile(platform, ",".join(archs), out)
+            out = Path(d) / lib_name
+            _compile(platform, ",".join(archs), out, variant)
             return out.stat().st_size, code_objects(out), time.perf_counter() - t0
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(groups), os.cpu_count() or 1)) as ex:
@@ -378,6 +432,8 @@ def main(argv=None) -> int:
     ap.add_argument("--platform", choices=PLATFORMS)
     ap.add_argument("--arch", help="sm_90 (nvidia), gfx942 or gfx90a,gfx940,gfx942,gfx950 (amd)")
     ap.add_argument("--compile-only", action="store_true", help="build to a temp dir and report")
+    ap.add_argument("--variant", choices=VARIANTS, default="default",
+                    help="testonly: libkernels_testonly.so, with the kernel faults of csrc/testonly/")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
@@ -386,9 +442,9 @@ def main(argv=None) -> int:
             arch = args.arch or ("native" if plat == "host" else None)
             if arch is None:
                 raise BuildError(f"--compile-only for {plat} needs --arch")
-            info = compile_only(plat, arch)
+            info = compile_only(plat, arch, args.variant)
         else:
-            info = ensure_built(args.platform, args.arch)
+            info = ensure_built(args.platform, args.arch, args.variant)
     except BuildError as e:
         print(f"kernels.build: {e}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ import torch
 
 from . import guards
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
+from ._launch import run_features
 from ._plan import host_ints
 
 BACKENDS = ("fa2", "auto", "aiter", "ll4mi")
@@ -29,13 +30,18 @@ class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
 
     def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
              window_left=-1, q_data_type=torch.float16, kv_data_type=None, sm_scale=None, max_kv_chunk=None,
-             **ignored):
+             logits_soft_cap=0.0, q_len_per_req=1, **ignored):
+        """q_len_per_req > 1: a multi-token (speculative verify) decode, q_len_per_req q rows per
+        request, causal within the request (bottom-right aligned)."""
+        guards.multi_token_decode_rows("plan()", q_len_per_req)
+        n = q_len_per_req if isinstance(q_len_per_req, int) and q_len_per_req > 0 else 1
         kvp, last = host_ints(indptr), host_ints(last_page_len)
         batch = len(kvp) - 1
-        d = self._dims(num_qo_heads, num_kv_heads, head_dim, head_dim, False, window_left, sm_scale,
-                       q_data_type, kv_data_type, page_size=page_size, rows=max(batch, 0))
+        d = self._dims(num_qo_heads, num_kv_heads, head_dim, head_dim, n > 1, window_left, sm_scale,
+                       q_data_type, kv_data_type, logits_soft_cap, page_size=page_size, rows=max(batch, 0) * n,
+                       batch=max(batch, 0), q_len_per_req=n)
         # aiter's kernel has no LSE output, so its plan cannot split (there is nothing to merge).
-        self._plan_paged("plan()", list(range(batch + 1)), kvp, indices, last, d, max_kv_chunk,
+        self._plan_paged("plan()", [r * n for r in range(batch + 1)], kvp, indices, last, d, max_kv_chunk,
                          unsplit=self._backend == "aiter")
         self._shadow = None
         if self._backend == "aiter":
@@ -45,21 +51,29 @@ class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
                               last_page_len=guards.plan_copies_indptr(last_page_len), num_qo_heads=num_qo_heads,
                               num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
                               window_left=window_left, q_data_type=q_data_type, kv_data_type=kv_data_type,
-                              sm_scale=sm_scale, max_kv_chunk=max_kv_chunk)
-        self._route = guards.ll4mi_route_selector(head_dim, window_left) if self._backend == "ll4mi" else "fa2"
+                              sm_scale=sm_scale, max_kv_chunk=max_kv_chunk, logits_soft_cap=logits_soft_cap,
+                              q_len_per_req=q_len_per_req)
+        self._route = (guards.ll4mi_route_selector(head_dim, window_left, n) if self._backend == "ll4mi"
+                       else "fa2")
 
-    def run(self, q, paged_kv_cache, out=None, lse=None, return_lse=False, **ignored):
+    def run(self, q, paged_kv_cache, out=None, lse=None, return_lse=False, sinks=None, alibi_slopes=None,
+            k_scale=None, v_scale=None, **ignored):
+        """q [batch * q_len_per_req, Hq, D]; sinks / alibi_slopes fp32 [Hq]; k_scale / v_scale floats."""
         where = "run()"
         if self._backend == "aiter" and return_lse:
             if self._state != "ok":  # the guard passes an "ok" plan whether it is on or off
                 guards.half_planned_refuses(where, self._state)
-            return self._shadow_plan().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True)
+            return self._shadow_plan().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True, sinks=sinks,
+                                           alibi_slopes=alibi_slopes, k_scale=k_scale, v_scale=v_scale)
         P = self._p
         # Checked in full, or skipped when everything the checks read matches the last call that
         # passed them (_prepare_paged); half_planned_refuses comes first, as it always did.
         q, k, v, kd, vd, qst, out, lse = self._prepare_paged(where, q, paged_kv_cache, out, lse, return_lse,
                                                              rows_field="batch_size")
-        common = dict(page_size=P["page_size"], kv_indices=self._bufs["indices"], q_stride=qst)
+        if P.get("q_len_per_req", 1) > 1:
+            guards.multi_token_decode_rows(where, P["q_len_per_req"], q.shape[0])
+        feat = run_features(where, P["num_qo_heads"], sinks, alibi_slopes, k_scale, v_scale)
+        common = dict(page_size=P["page_size"], kv_indices=self._bufs["indices"], q_stride=qst, feat=feat)
         if self._backend == "aiter":
             return self._run(where, "kernels_decode", q, k, v, kd, vd, out, None, False, lse_written=False, **common)
         if self._backend == "ll4mi" and self._route == "ll4mi" and not return_lse:
@@ -72,7 +86,7 @@ class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
         return self._run(where, entry, q, k, v, kd, vd, out, lse, return_lse, **common)
 
     def _p_batch(self):
-        return range(self._p["rows"])
+        return range(self._p.get("batch", self._p["rows"]))
 
     def _shadow_plan(self):
         if self._shadow is None:
@@ -81,6 +95,7 @@ class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
             shadow.plan(kept["indptr"], kept["indices"], kept["last_page_len"], kept["num_qo_heads"],
                         kept["num_kv_heads"], kept["head_dim"], kept["page_size"], window_left=kept["window_left"],
                         q_data_type=kept["q_data_type"], kv_data_type=kept["kv_data_type"],
-                        sm_scale=kept["sm_scale"], max_kv_chunk=kept["max_kv_chunk"])
+                        sm_scale=kept["sm_scale"], max_kv_chunk=kept["max_kv_chunk"],
+                        logits_soft_cap=kept["logits_soft_cap"], q_len_per_req=kept["q_len_per_req"])
             self._shadow = shadow
         return self._shadow

@@ -12,7 +12,8 @@ and device, which is everything a check reads besides the plan (plan() clears th
 call with an equal key skips the checks; any difference checks again, with the same messages.
 The fixes a launch applies at every call (merge_live_rows) are still called. With every guard
 off, run() checks nothing and keeps no memo. No check reads the KERNELS_TESTONLY* variables:
-the library reads them at every launch, which no memo skips.
+which library a launch runs (the shipped one, or kernels.testonly's fault library) is chosen
+per process, and every launch, memoized or not, goes to the library loaded at that moment.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import AbstractSet, Callable
 
 import torch
 
-from ._lib import DTYPE_CODES
+from ._lib import DTYPE_CODES, FP8_CODES
 
 NAMES: dict[str, str] = {}
 _UNFIXED: dict[str, Callable] = {}
@@ -320,15 +321,16 @@ LL4MI_MIN_HEAD_SIZE = 64
 LL4MI_HEAD_MULTIPLE = 64  # 16 value dims x NWARPS (4) per VHELOOP iteration
 
 
-def _always_ll4mi(head_size, window_left):
+def _always_ll4mi(head_size, window_left, q_len_per_req=1):
     return "ll4mi"
 
 
 @guard("ll4mi_route_selector",
-       "ll4mi decode only for head_size >= 64 and a multiple of 64 without a sliding window; else fa2",
+       "ll4mi decode only for head_size >= 64 and a multiple of 64, one q row per request, no sliding window; else fa2",
        unfixed=_always_ll4mi)
-def ll4mi_route_selector(head_size: int, window_left: int) -> str:
-    if head_size < LL4MI_MIN_HEAD_SIZE or head_size % LL4MI_HEAD_MULTIPLE != 0 or window_left >= 0:
+def ll4mi_route_selector(head_size: int, window_left: int, q_len_per_req: int = 1) -> str:
+    if (head_size < LL4MI_MIN_HEAD_SIZE or head_size % LL4MI_HEAD_MULTIPLE != 0 or window_left >= 0
+            or q_len_per_req > 1):
         return "fa2"
     return "ll4mi"
 
@@ -356,3 +358,101 @@ def rank_expected(where: str, tensors: dict) -> None:
 def layout_known(where: str, field: str, value: str, known: tuple) -> None:
     if value not in known:
         raise ValueError(f"{where}: {field} is {value!r}; expected one of {known}")
+
+
+# ---- features ---------------------------------------------------------------------------------
+
+@guard("fp8_kv_route", "fp8 (float8_e4m3fn, float8_e5m2) only as the k/v caches of paged prefill and batch decode")
+def fp8_kv_route(where: str, tensors: dict, fp8_ok=()) -> None:
+    for name, t in tensors.items():
+        if t.dtype in FP8_CODES and name not in fp8_ok:
+            raise ValueError(f"{where}: {name} dtype is {_show(t.dtype)}; fp8 is supported only for the k/v "
+                             f"caches of paged prefill and batch decode (q and out stay float16, bfloat16 "
+                             f"or float32)")
+
+
+@guard("logits_soft_cap_valid", "logits_soft_cap is a finite float >= 0 (0: off)")
+def logits_soft_cap_valid(where: str, cap) -> float:
+    try:
+        c = float(cap)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: logits_soft_cap is {cap!r}; expected a float >= 0 (0: off)") from None
+    if not (c >= 0.0 and c != float("inf")):
+        raise ValueError(f"{where}: logits_soft_cap is {c}; expected a finite float >= 0 (0: off)")
+    return c
+
+
+@guard("per_head_vector",
+       "sinks and alibi_slopes are float32 [num_qo_heads] (one per q head, not per kv head), contiguous, on the kernels' device")
+def per_head_vector(where: str, platform: str, tensors: dict, num_qo_heads: int) -> None:
+    device_matches(where, platform, tensors)
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{where}: {name} is {type(t).__name__}; expected a float32 tensor [num_qo_heads]")
+        if t.dim() != 1 or t.shape[0] != num_qo_heads:
+            raise ValueError(f"{where}: {name} has shape {tuple(t.shape)} but num_qo_heads is {num_qo_heads} "
+                             f"(one value per q head: shape ({num_qo_heads},))")
+        if t.dtype != torch.float32:
+            raise ValueError(f"{where}: {name} dtype is {_show(t.dtype)}; expected float32")
+        if not t.is_contiguous():
+            raise ValueError(f"{where}: {name} must be contiguous but has strides {tuple(t.stride())}")
+
+
+def _first_scale(where, name, scale):
+    if scale is None:
+        return 1.0
+    return float(scale.reshape(-1)[0]) if isinstance(scale, torch.Tensor) else float(scale)
+
+
+@guard("kv_scale_scalar", "k_scale / v_scale are per-tensor: a float or a one-element tensor (None: 1.0)",
+       unfixed=_first_scale)
+def kv_scale_scalar(where: str, name: str, scale) -> float:
+    if scale is None:
+        return 1.0
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError(f"{where}: {name} has shape {tuple(scale.shape)}; expected a float or a "
+                             f"one-element tensor (one per-tensor scale)")
+        return float(scale.reshape(-1)[0])
+    try:
+        return float(scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {name} is {scale!r}; expected a float or a one-element tensor") from None
+
+
+@guard("custom_mask_shape",
+       "custom_mask is a contiguous bool tensor: [qo_len, kv_len] (single prefill), or flat with sum(qo_len_i * kv_len_i) elements (paged prefill)")
+def custom_mask_shape(where: str, mask, want) -> None:
+    """want: the shape tuple (single) or the element count (paged, flat)."""
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"{where}: custom_mask is {type(mask).__name__}; expected a bool tensor")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"{where}: custom_mask dtype is {_show(mask.dtype)}; expected bool (True: attend)")
+    if isinstance(want, tuple):
+        if tuple(mask.shape) != want:
+            raise ValueError(f"{where}: custom_mask has shape {tuple(mask.shape)} but [qo_len, kv_len] is {want}")
+    elif mask.dim() != 1 or mask.numel() != want:
+        raise ValueError(f"{where}: custom_mask has shape {tuple(mask.shape)} but the batch needs a flat mask "
+                         f"of {want} elements (sum of qo_len_i * kv_len_i)")
+    if not mask.is_contiguous():
+        raise ValueError(f"{where}: custom_mask must be contiguous but has strides {tuple(mask.stride())}")
+
+
+@guard("custom_mask_replaces_causal", "a custom_mask replaces causal: causal=True with a custom_mask is refused")
+def custom_mask_replaces_causal(where: str, causal: bool, mask) -> None:
+    if mask is not None and causal:
+        raise ValueError(f"{where}: causal is True and a custom_mask is given; the mask replaces causal "
+                         f"(put the causal triangle in the mask and pass causal=False)")
+
+
+@guard("multi_token_decode_rows",
+       "batch decode's q_len_per_req is an int >= 1 and run()'s q rows are a multiple of it")
+def multi_token_decode_rows(where: str, q_len_per_req, q_rows=None) -> None:
+    if q_rows is None:
+        if not isinstance(q_len_per_req, int) or isinstance(q_len_per_req, bool) or q_len_per_req < 1:
+            raise ValueError(f"{where}: q_len_per_req is {q_len_per_req!r}; expected an int >= 1")
+    elif q_rows % q_len_per_req != 0:
+        raise ValueError(f"{where}: q has {q_rows} rows, not a multiple of q_len_per_req {q_len_per_req} "
+                         f"(planned in plan())")

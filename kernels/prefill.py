@@ -4,8 +4,9 @@ from __future__ import annotations
 import torch
 
 from . import guards
+from . import _lib
 from ._launch import (check_device, dense_dims, dense_kv_dims, launch, paged_dims, paged_kv_dims, params,
-                      unpack_paged)
+                      run_features, unpack_paged)
 from ._lib import call, ptr, stream_of
 from ._plan import Planned, host_ints
 
@@ -45,14 +46,18 @@ class _BatchRun(Planned):
     """run() shared by the paged and ragged wrappers (and batch decode)."""
 
     def _dims(self, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
-              q_data_type, kv_data_type, **more) -> dict:
+              q_data_type, kv_data_type, logits_soft_cap=0.0, **more) -> dict:
         return dict(num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk,
                     head_dim_vo=head_dim_vo or head_dim_qk, causal=bool(causal), window_left=window_left,
-                    sm_scale=sm_scale, q_data_type=q_data_type, kv_data_type=kv_data_type or q_data_type, **more)
+                    sm_scale=sm_scale, q_data_type=q_data_type, kv_data_type=kv_data_type or q_data_type,
+                    logits_soft_cap=logits_soft_cap or 0.0, **more)
 
     def _validate_dims(self, where, d):
         guards.gqa_divisible(where, d["num_qo_heads"], d["num_kv_heads"])
         guards.head_dim_supported(where, d["head_dim_qk"], d["head_dim_vo"])
+        if d["logits_soft_cap"]:
+            c = guards.logits_soft_cap_valid(where, d["logits_soft_cap"])
+            d["logits_soft_cap"] = float(d["logits_soft_cap"]) if c is None else c
 
     def _plan_batch(self, where, d, need, validate, stage, qo, max_kv_chunk, unsplit=False):
         """plan()'s common steps: every check before the first write, then stage and schedule.
@@ -78,6 +83,16 @@ class _BatchRun(Planned):
         self._state = "ok"
         self._memo = None
 
+    def _stage_mask(self, mask):
+        """The plan's own copy of a custom mask (bytes, 1: attend); graph mode: one fixed buffer."""
+        host = mask.detach().reshape(-1).to("cpu", torch.uint8)
+        buf = self._bufs.get("custom_mask") if self._use_cuda_graph else None
+        if buf is None:
+            cap = self._caps["custom_mask"] if self._use_cuda_graph else host.numel()
+            buf = torch.zeros(max(cap, host.numel(), 1), dtype=torch.uint8, device=self._device)
+            self._bufs["custom_mask"] = buf
+        buf[:host.numel()].copy_(host)
+
     def _alloc(self, q, rows, out, lse, return_lse):
         """out (and lse when asked for) where the caller gave none."""
         P = self._p
@@ -101,9 +116,16 @@ class _BatchRun(Planned):
         return out, lse
 
     def _run(self, where, entry, q, k, v, kd, vd, out, lse, return_lse, partial_state=None, page_size=0,
-             kv_indices=None, sched=None, lse_written=True, q_stride=None):
-        """The launch (and partial_state merge); every check is done (or memoized) by then."""
+             kv_indices=None, sched=None, lse_written=True, q_stride=None, feat=None):
+        """The launch (and partial_state merge); every check is done (or memoized) by then.
+        feat: run()'s checked feature fields (run_features)."""
         P = self._p
+        feat = dict(feat or ())
+        if P["logits_soft_cap"]:
+            feat["logits_soft_cap"] = P["logits_soft_cap"]
+        mask = self._bufs.get("custom_mask") if P.get("custom_mask") else None
+        if mask is not None:
+            feat["custom_mask"], feat["mask_indptr"] = mask.data_ptr(), self._bufs["mask_indptr"].data_ptr()
         sched = sched or self._plan_sched
         if partial_state is not None:
             if lse is None and not sched["split"]:
@@ -114,7 +136,7 @@ class _BatchRun(Planned):
                    window_left=P["window_left"], sm_scale=P["sm_scale"], q_dtype=P["q_data_type"],
                    kv_dtype=P["kv_data_type"], o_dtype=P["q_data_type"], page_size=page_size, q_stride=q_stride,
                    **self._launch_fields(sched, self._bufs["qo_indptr"], self._bufs["kv_indptr"],
-                                         kv_indices, self._bufs["kv_lens"]))
+                                         kv_indices, self._bufs["kv_lens"]), **feat)
         launch(entry, p, q)
         if partial_state is not None:
             v_other, s_other = partial_state
@@ -141,16 +163,24 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
 
     def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
              num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, causal=False, window_left=-1,
-             sm_scale=None, q_data_type=torch.float16, kv_data_type=None, max_kv_chunk=None):
+             sm_scale=None, q_data_type=torch.float16, kv_data_type=None, max_kv_chunk=None,
+             logits_soft_cap=0.0, custom_mask=None):
         qo, kvp, last = host_ints(qo_indptr), host_ints(paged_kv_indptr), host_ints(paged_kv_last_page_len)
         d = self._dims(num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
-                       q_data_type, kv_data_type, page_size=page_size, rows=qo[-1] if qo else 0)
-        self._plan_paged("plan()", qo, kvp, paged_kv_indices, last, d, max_kv_chunk)
+                       q_data_type, kv_data_type, logits_soft_cap, page_size=page_size, rows=qo[-1] if qo else 0,
+                       custom_mask=custom_mask is not None)
+        self._plan_paged("plan()", qo, kvp, paged_kv_indices, last, d, max_kv_chunk, custom_mask=custom_mask)
 
-    def _plan_paged(self, where, qo, kvp, paged_kv_indices, last, d, max_kv_chunk, unsplit=False):
+    def _plan_paged(self, where, qo, kvp, paged_kv_indices, last, d, max_kv_chunk, unsplit=False, custom_mask=None):
         n_idx = paged_kv_indices.numel()
         batch, page_size = len(qo) - 1, d["page_size"]
-        need = dict(batch_size=batch, total_num_rows=d["rows"], indices=n_idx)
+        kv_lens = paged_kv_lens(kvp, last, page_size) if len(last) == len(kvp) - 1 else []
+        # Request r's mask starts at the sum of qo_len_i * kv_len_i over the requests before it.
+        mask_indptr = [0]
+        for r, n in enumerate(kv_lens):
+            mask_indptr.append(mask_indptr[-1] + (qo[r + 1] - qo[r]) * n if r + 1 < len(qo) else mask_indptr[-1])
+        need = dict(batch_size=batch, total_num_rows=d["rows"], indices=n_idx,
+                    custom_mask=mask_indptr[-1] if custom_mask is not None else 0)
 
         def validate():
             pages = [b - a for a, b in zip(kvp, kvp[1:])]
@@ -158,20 +188,26 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
                                             "paged_kv_last_page_len": (batch, len(last))},
                                     {"qo_indptr": qo, "paged_kv_indptr": kvp},
                                     indices_len=(kvp[-1] if kvp else 0, n_idx), last_page=(page_size, pages, last))
+            if custom_mask is not None:
+                guards.custom_mask_replaces_causal(where, d["causal"], custom_mask)
+                guards.custom_mask_shape(where, custom_mask, mask_indptr[-1])
 
         def stage():
             self._stage("qo_indptr", qo, "batch_size", 1)
             self._stage("kv_indptr", kvp, "batch_size", 1)
             self._stage("indices", host_ints(paged_kv_indices), "indices")
             self._stage("last_page_len", last, "batch_size")
-            return paged_kv_lens(kvp, last, page_size)
+            if custom_mask is not None:
+                self._stage("mask_indptr", mask_indptr, "batch_size", 1)
+                self._stage_mask(custom_mask)
+            return kv_lens
 
         self._plan_batch(where, d, need, validate, stage, qo, max_kv_chunk, unsplit)
 
     def _check_paged_run(self, where, q, paged_kv_cache, rows_field="rows"):
         P = self._p
         k, v = unpack_paged(paged_kv_cache, where)
-        check_device(where, {"q": q, "k_cache": k, "v_cache": v})
+        check_device(where, {"q": q, "k_cache": k, "v_cache": v}, fp8_ok=("k_cache", "v_cache"))
         t = guards.last_dim_contiguous(where, {"q": q, "k_cache": k, "v_cache": v})
         q, k, v = t["q"], t["k_cache"], t["v_cache"]
         kd, vd = paged_kv_dims(k, self._kv_layout), paged_kv_dims(v, self._kv_layout)
@@ -245,12 +281,14 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
             self._memo = key
         return q, k, v, kd, vd, None, out, lse
 
-    def run(self, q, paged_kv_cache, out=None, lse=None, return_lse=False, partial_state=None):
+    def run(self, q, paged_kv_cache, out=None, lse=None, return_lse=False, partial_state=None, sinks=None,
+            alibi_slopes=None, k_scale=None, v_scale=None):
         where = "run()"
         q, k, v, kd, vd, qst, out, lse = self._prepare_paged(where, q, paged_kv_cache, out, lse, return_lse,
                                                              partial_state)
+        feat = run_features(where, self._p["num_qo_heads"], sinks, alibi_slopes, k_scale, v_scale)
         return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse, partial_state,
-                         page_size=self._p["page_size"], kv_indices=self._bufs["indices"], q_stride=qst)
+                         page_size=self._p["page_size"], kv_indices=self._bufs["indices"], q_stride=qst, feat=feat)
 
 
 class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
@@ -261,12 +299,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
 
     def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
              causal=False, window_left=-1, sm_scale=None, q_data_type=torch.float16, kv_data_type=None,
-             max_kv_chunk=None):
+             max_kv_chunk=None, logits_soft_cap=0.0):
         where = "plan()"
         qo, kvi = host_ints(qo_indptr), host_ints(kv_indptr)
         batch = len(qo) - 1
         d = self._dims(num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
-                       q_data_type, kv_data_type, rows=qo[-1] if qo else 0, kv_rows=kvi[-1] if kvi else 0)
+                       q_data_type, kv_data_type, logits_soft_cap, rows=qo[-1] if qo else 0,
+                       kv_rows=kvi[-1] if kvi else 0)
         need = dict(batch_size=batch, total_num_rows=d["rows"])
 
         def validate():
@@ -279,8 +318,12 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
 
         self._plan_batch(where, d, need, validate, stage, qo, max_kv_chunk)
 
-    def run(self, q, k, v, out=None, lse=None, return_lse=False):
+    def run(self, q, k, v, out=None, lse=None, return_lse=False, sinks=None, alibi_slopes=None):
         where = "run()"
+        def features():  # once the plan is known to be whole
+            if sinks is None and alibi_slopes is None:
+                return None
+            return run_features(where, self._p["num_qo_heads"], sinks, alibi_slopes)
         sw = guards.switch()
         key = None
         if _T is type(q) is type(k) is type(v):
@@ -300,12 +343,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
                 layout = self._kv_layout
                 kd, vd = dense_dims(ks, kst, layout), dense_dims(vs, vst, layout)
                 out, lse = self._alloc(q, qs[0], out, lse, return_lse)
-                return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse, q_stride=qst)
+                return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse, q_stride=qst,
+                                 feat=features())
         q, k, v, kd, vd = self._check_ragged_run(where, q, k, v)
         out, lse = self._outputs(where, q, out, lse, return_lse)
         if key is not None:
             self._memo = key
-        return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse)
+        return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse, feat=features())
 
     def _check_ragged_run(self, where, q, k, v):
         guards.half_planned_refuses(where, self._state)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from . import guards
-from ._launch import LAYOUTS, check_device, dense_dims, dense_kv_dims, launch, params
+from . import _lib
+from ._launch import LAYOUTS, check_device, dense_dims, dense_kv_dims, launch, params, run_features
 
 _T = torch.Tensor
 # where -> the key of the last call whose checks all passed: the guard switch, kv_layout,
@@ -52,8 +53,27 @@ def _fast_path(where, q, k, v, kv_layout, out, lse, return_lse):
     return key, (dense_dims(ks, kst, kv_layout), dense_dims(vs, vst, kv_layout), qt, kt, qs, qst)
 
 
+def soft_cap(where, logits_soft_cap) -> float:
+    c = guards.logits_soft_cap_valid(where, logits_soft_cap)
+    return float(logits_soft_cap or 0.0) if c is None else c
+
+
+def _feature_fields(where, hq, qo_len, kv_len, causal, f: dict) -> dict:
+    """AttnParams fields of a single call's features (f: the caller's feature arguments)."""
+    fields = run_features(where, hq, f.get("sinks"), f.get("alibi_slopes"))
+    if f.get("logits_soft_cap"):
+        fields["logits_soft_cap"] = soft_cap(where, f["logits_soft_cap"])
+    mask = f.get("custom_mask")
+    if mask is not None:
+        guards.custom_mask_replaces_causal(where, causal, mask)
+        guards.custom_mask_shape(where, mask, (qo_len, kv_len))
+        guards.device_matches(where, _lib.platform(), {"custom_mask": mask})
+        fields["custom_mask"] = mask.data_ptr()
+    return fields
+
+
 def _single(where, q, k, v, *, causal, kv_layout, window_left, sm_scale, return_lse, out, lse,
-            entry, out_shape, lse_shape, fast=None, own_q=True):
+            entry, out_shape, lse_shape, fast=None, own_q=True, features=None):
     """fast None: every check, in order; fast given (_fast_path's): the caller's memo says they
     passed, and it holds what the launch reads of q, k and v (of q only when own_q: q is the
     tensor _fast_path saw, not a view of it)."""
@@ -80,19 +100,30 @@ def _single(where, q, k, v, *, causal, kv_layout, window_left, sm_scale, return_
         lse = torch.empty(lse_shape(hq), dtype=torch.float32, device=q.device)
     if check:
         guards.out_contiguous(where, {"out": out, "lse": lse}, {"out": out_shape(hq, dvo), "lse": lse_shape(hq)})
+    feat = _feature_fields(where, hq, qs[0], kd["len"], causal, features) if features else {}
     p = params(q=q, k=k, v=v, kd=kd, vd=vd, o=out, lse=lse, num_qo_heads=hq, num_kv_heads=kd["heads"],
                head_dim_qk=dqk, head_dim_vo=dvo, causal=causal, window_left=window_left, sm_scale=sm_scale,
                q_dtype=qt, kv_dtype=kt, o_dtype=out.dtype,
-               num_work=1, qo_len=qs[0], kv_len=kd["len"], q_stride=qst, max_qo_len=qs[0])
+               num_work=1, qo_len=qs[0], kv_len=kd["len"], q_stride=qst, max_qo_len=qs[0], **feat)
     launch(entry, p, q)
     return (out, lse) if return_lse else out
 
 
+def _given(**f):
+    """The feature arguments given (a call with none keeps the memoized fast path)."""
+    return {k: v for k, v in f.items() if v is not None and v is not False and not (k == "logits_soft_cap" and v == 0)}
+
+
 def single_prefill_with_kv_cache(q, k, v, causal=False, kv_layout="NHD", window_left=-1, sm_scale=None,
-                                 return_lse=False, out=None, lse=None):
-    """q [qo_len, Hq, Dqk]; k [kv_len, Hkv, Dqk], v [kv_len, Hkv, Dvo] (NHD) or head-major (HND)."""
+                                 return_lse=False, out=None, lse=None, logits_soft_cap=0.0, sinks=None,
+                                 alibi_slopes=None, custom_mask=None):
+    """q [qo_len, Hq, Dqk]; k [kv_len, Hkv, Dqk], v [kv_len, Hkv, Dvo] (NHD) or head-major (HND).
+    Features (kernels/README.md): logits_soft_cap, sinks [Hq], alibi_slopes [Hq], custom_mask
+    [qo_len, kv_len] bool (replaces causal)."""
     where = "single_prefill_with_kv_cache()"
-    key, fast = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse)
+    features = _given(logits_soft_cap=logits_soft_cap, sinks=sinks, alibi_slopes=alibi_slopes,
+                      custom_mask=custom_mask)
+    key, fast = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse) if not features else (None, None)
     if fast is not None:
         rows = fast[4][0]
         return _single(where, q, k, v, causal=causal, kv_layout=kv_layout, window_left=window_left,
@@ -103,18 +134,21 @@ def single_prefill_with_kv_cache(q, k, v, causal=False, kv_layout="NHD", window_
     rows = q.shape[0]
     res = _single(where, t["q"], t["k"], t["v"], causal=causal, kv_layout=kv_layout, window_left=window_left,
                   sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry="kernels_prefill",
-                  out_shape=lambda h, d: (rows, h, d), lse_shape=lambda h: (rows, h))
+                  out_shape=lambda h, d: (rows, h, d), lse_shape=lambda h: (rows, h), features=features)
     if key is not None:
         _MEMO[where] = key
     return res
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", window_left=-1, sm_scale=None, return_lse=False,
-                                use_tensor_cores=False, out=None, lse=None):
-    """q [Hq, Dqk], one token; it is copied when its last dim is strided (a few KB)."""
+                                use_tensor_cores=False, out=None, lse=None, logits_soft_cap=0.0, sinks=None,
+                                alibi_slopes=None):
+    """q [Hq, Dqk], one token; it is copied when its last dim is strided (a few KB).
+    Features: logits_soft_cap, sinks [Hq], alibi_slopes [Hq] (the query sits at kv_len - 1)."""
     where = "single_decode_with_kv_cache()"
     entry = "kernels_prefill" if use_tensor_cores else "kernels_decode"
-    key, fast = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse)
+    features = _given(logits_soft_cap=logits_soft_cap, sinks=sinks, alibi_slopes=alibi_slopes)
+    key, fast = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse) if not features else (None, None)
     if fast is not None:  # q [Hq, D] is read as [1, Hq, D]: its own stride() is not q1's
         return _single(where, q.unsqueeze(0), k, v, causal=False, kv_layout=kv_layout, window_left=window_left,
                        sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry=entry,
@@ -125,7 +159,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", window_left=-1, sm_sca
     q1 = t["q"].unsqueeze(0)
     res = _single(where, q1, t["k"], t["v"], causal=False, kv_layout=kv_layout, window_left=window_left,
                   sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry=entry,
-                  out_shape=lambda h, d: (h, d), lse_shape=lambda h: (h,))
+                  out_shape=lambda h, d: (h, d), lse_shape=lambda h: (h,), features=features)
     if key is not None and t["q"] is q:  # a copied q (the fix) is copied again at every call
         _MEMO[where] = key
     return res

@@ -1,10 +1,13 @@
-"""Injected failures for the harness's own tests: each dies the way a broken kernel does.
+"""Injected failures for the harness's own tests. Refused unless KERNELS_TESTONLY=1, so nothing
+reaches them by accident.
 
-Refused unless KERNELS_TESTONLY=1, so nothing reaches them by accident.
+Crashes (in the shipped library too: nothing runs unless called): divide_by_zero() SIGFPE,
+null_write() SIGSEGV, abort() SIGABRT, hang(), exit3().
 
-Kernel faults. KERNELS_TESTONLY_FAULT=<name> (with KERNELS_TESTONLY=1), read by the C library
-at every launch (csrc/testonly.h), makes the real kernels take the path a known class of bug
-takes; each shows up only on inputs one case family generates:
+Kernel faults live only in the test-only library, libkernels_testonly.so: the same sources
+built with -DKERNELS_TEST_FAULTS and csrc/testonly/ (kernels.build, variant "testonly"). The
+shipped libkernels.so has no fault branch and reads no environment variable. Each fault makes
+the real kernels take the path a known class of bug takes:
 
   merge_no_max     every merge (split-KV partials, merge_state, run(partial_state=)) weights a
                    state by exp(lse) without subtracting the larger lse: an LSE past ~88.7
@@ -16,11 +19,18 @@ takes; each shows up only on inputs one case family generates:
   masked_row_nan   a row that attends to nothing and is written straight to the output comes
                    out 0 / 0 (edge_rows: fully masked rows, empty requests)
 
-The name is checked by the library: an unknown one, or one without KERNELS_TESTONLY=1, makes
-every launch fail with a message naming it.
+    use_fault_library("softmax_no_max")   # this process's kernels.* calls now run the test-only
+    ...                                   # library with that fault (None or "none": no fault)
+    use_default_library()                 # back to the shipped library
+    with fault_library("merge_no_max"): ...   # the same, restoring what was loaded before
+
+A process started with KERNELS_TESTONLY_FAULT=<name> (and KERNELS_TESTONLY=1) makes that
+choice once, when its first call loads a library; an unknown name, or one without
+KERNELS_TESTONLY=1, makes every call fail with a message naming it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -28,13 +38,68 @@ import torch
 from . import _lib
 
 FAULTS = {"sigfpe": 1, "sigsegv": 2, "abort": 3, "hang": 4}
+# The faults a case family catches (tests/test_generator_reach.py holds each to its family).
 KERNEL_FAULTS = ("merge_no_max", "softmax_no_max", "empty_skipped", "masked_row_nan")
-KERNEL_FAULT_ENV = "KERNELS_TESTONLY_FAULT"
+# One plausible defect per feature (kernels/README.md "Features"); each shows only on inputs
+# that use its feature (tests/test_kernels_features.py).
+FEATURE_FAULTS = ("softcap_after_mask", "sink_in_numerator", "alibi_kv_head", "fp8_scale_twice",
+                  "decode_rows_at_last_position", "custom_mask_transposed")
+KERNEL_FAULT_ENV = _lib.FAULT_ENV
+
+# (variant, fault) loaded now; fault None on the shipped library.
+_current = ("default", None)
 
 
 def _allowed(name: str) -> None:
     if os.environ.get("KERNELS_TESTONLY") != "1":
         raise ValueError(f"testonly.{name}(): set KERNELS_TESTONLY=1 to reach injected failures")
+
+
+def kernel_faults() -> tuple[str, ...]:
+    """Every fault the test-only library knows, in its order (builds it on first use)."""
+    _allowed("kernel_faults")
+    return tuple(_lib.open_variant("testonly").kernels_testonly_kernel_faults().decode().split(","))
+
+
+def use_fault_library(fault: str | None) -> None:
+    """Run this process's kernels.* calls on the test-only library with `fault` active (None or
+    "none": the test-only library with no fault). ValueError for an unknown fault."""
+    global _current
+    if os.environ.get("KERNELS_TESTONLY") != "1":
+        raise ValueError(f"kernel fault {fault}: set KERNELS_TESTONLY=1 to reach injected faults "
+                         f"(testonly.use_fault_library)")
+    name = fault or "none"
+    h = _lib.open_variant("testonly")
+    if h.kernels_testonly_set_kernel_fault(name.encode()) != 0:
+        raise ValueError(h.kernels_last_error().decode())
+    _lib.use_variant("testonly")
+    _current = ("testonly", None if name == "none" else name)
+
+
+def use_default_library() -> None:
+    """Back to the shipped library (the test-only one stays open, its fault as set)."""
+    global _current
+    _lib.use_variant("default")
+    _current = ("default", None)
+
+
+def active_fault() -> str | None:
+    """The fault the loaded library runs with (None: none, or the shipped library)."""
+    return _current[1] if _lib._handle is not None else None
+
+
+@contextlib.contextmanager
+def fault_library(fault: str | None):
+    """use_fault_library(fault) for the with block, then what was loaded before."""
+    before = _current if _lib._handle is not None else ("default", None)
+    use_fault_library(fault)
+    try:
+        yield
+    finally:
+        if before[0] == "default":
+            use_default_library()
+        else:
+            use_fault_library(before[1])
 
 
 def _fault(name: str, divisor: int = 0, flag: torch.Tensor | None = None) -> None:

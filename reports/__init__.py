@@ -1,6 +1,6 @@
 """Reports over results tables: HTML, Markdown, and base-vs-head / arch-vs-arch compares.
 
-Everything here reads the results table's columns (harness/table.py) and
+Everything here reads the results table's columns (harness/results/table.py) and
 nothing else: a report can be rebuilt from the JSON lines alone.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from harness.classify import OUTCOMES  # noqa: F401  (one outcome list, re-exported)
-from harness.failure_classes import OUTCOME_ORDER
-from harness.repro_command import repro_args, typed
-from harness.table import COLUMNS, load_table
+from harness.model.classify import OUTCOMES  # noqa: F401  (one outcome list, re-exported)
+from harness.results.failure_classes import OUTCOME_ORDER
+from harness.tools.repro_command import repro_args, typed
+from harness.results.table import COLUMNS, load_table
 
 # Worst first: the order a failing cell or table sorts by.
 SEVERITY = {name: rank for rank, name in enumerate(OUTCOME_ORDER)}
@@ -26,7 +26,7 @@ OPTIONAL = ("ledger", "case_json", "profile", "flaky")
 
 
 def load_results(paths: Iterable[str]) -> pd.DataFrame:
-    """Tables from JSON lines files (harness/table.py reads and checks them)."""
+    """Tables from JSON lines files (harness/results/table.py reads and checks them)."""
     return prepare(load_table([str(p) for p in paths]))
 
 
@@ -47,7 +47,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     for col in COLUMNS + OPTIONAL:
         if col not in df.columns:
             df[col] = None
-    df["pass"] = df["pass"].map(_as_bool)
+    df["pass"] = df["pass"].map(_as_bool).astype(bool)   # bool even with no rows
     for col in ("arch", "target", "route", "family", "case_id", "outcome", "severity"):
         df[col] = df[col].fillna("").astype(str)
     if len(df) and df["timestamp"].notna().any():

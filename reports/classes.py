@@ -1,7 +1,7 @@
 """Failure classes as the report shows them: grouped by severity, worst first."""
 from __future__ import annotations
 
-from harness.failure_classes import GROUPS, FailureClass
+from harness.results.failure_classes import GROUPS, FailureClass
 
 from . import error_ratio, fmt_diff, repro_command
 from .rows import crash_signal, fmt_ratio, row_view

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.ledger import apply_ledger_per_arch
+from harness.results.ledger import apply_ledger_per_arch
 
 from . import is_missing, load_results
 from .compare import compare, summary
@@ -21,7 +21,7 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", nargs="+", required=True, metavar="PATH",
                         help="results tables (JSON lines or CSV); several arches merge by case id")
     parser.add_argument("--out", default=None, metavar="HTML",
-                        help="HTML report path (default reports/out/<arch>.html)")
+                        help="HTML report path (default reports/out/<first table's file name>.html)")
     parser.add_argument("--markdown", default=None, metavar="PATH",
                         help="also write a Markdown summary for a PR comment")
     parser.add_argument("--base", nargs="+", default=None, metavar="PATH",
@@ -46,12 +46,26 @@ def _load(option: str, paths) -> pd.DataFrame:
         raise SystemExit(2) from None
 
 
-def default_out(df: pd.DataFrame) -> Path:
-    """reports/out/<arch>.html; with several targets, <target+target>-<arch>.html."""
-    names = sorted(a for a in df["arch"].unique() if a) or ["unknown"]
-    targets = sorted(t for t in df["target"].unique() if t)
-    prefix = "+".join(targets) + "-" if len(targets) > 1 else ""
-    return Path("reports/out") / (prefix + "+".join(names) + ".html")
+def default_out(paths) -> Path:
+    """reports/out/<the first table's file stem>.html: never a name from the table's rows,
+    which are the table's own (hostile) content."""
+    stem = Path(str(paths[0])).stem or "report"
+    return Path("reports/out") / (stem + ".html")
+
+
+def _write_text(path, text: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def _write(option: str, write) -> None:
+    """A report that cannot be written is one line naming the option and why, exit 2."""
+    try:
+        write()
+    except OSError as e:
+        print(f"{option}: cannot write {e.filename or 'the report'} ({e.strerror or e})",
+              file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def default_title(df: pd.DataFrame) -> str:
@@ -78,8 +92,8 @@ def report_main(args: argparse.Namespace) -> int:
         if base is not None:
             base, _ = apply_ledger_per_arch(base, args.ledger)
     title = getattr(args, "title", None) or default_title(df)
-    out = Path(args.out) if getattr(args, "out", None) else default_out(df)
-    render_html(df, out, base_df=base, title=title)
+    out = Path(args.out) if getattr(args, "out", None) else default_out(args.results)
+    _write("--out", lambda: render_html(df, out, base_df=base, title=title))
     n_fail = int((~df["pass"]).sum())
     print(f"report: {len(df)} rows, {n_fail} failing -> {out}")
     columns = pairs(df)
@@ -87,8 +101,7 @@ def report_main(args: argparse.Namespace) -> int:
         print(f"report: cross-target section (#cross-target) over {len(columns)} (target, arch) "
               "columns: " + ", ".join(f"{t}/{a}" for t, a in columns))
     if getattr(args, "markdown", None):
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(render_markdown(df, base, title=title), encoding="utf-8")
+        _write("--markdown", lambda: _write_text(args.markdown, render_markdown(df, base, title=title)))
         print(f"report: markdown -> {args.markdown}")
     for err in errors:
         print(f"ledger: {err}", file=sys.stderr)
@@ -127,13 +140,13 @@ def compare_main(args: argparse.Namespace) -> int:
                   f"{_text(r['head_outcome'])}")
     if getattr(args, "out", None):
         from .html import render_html
-        render_html(head, args.out, base_df=base, title="Attention correctness: base vs head")
+        _write("--out", lambda: render_html(head, args.out, base_df=base,
+                                            title="Attention correctness: base vs head"))
         print(f"compare: report -> {args.out}")
     if getattr(args, "markdown", None):
         from .markdown import render_markdown
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(render_markdown(head, base, title="Base vs head"),
-                                       encoding="utf-8")
+        _write("--markdown", lambda: _write_text(args.markdown,
+                                                 render_markdown(head, base, title="Base vs head")))
     return 1 if counts["regression"] else 0
 
 

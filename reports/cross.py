@@ -16,7 +16,7 @@ from collections import Counter
 
 import pandas as pd
 
-from harness.failure_classes import GROUPS, group_of
+from harness.results.failure_classes import GROUPS, group_of
 
 from . import SEVERITY, fmt_diff, is_missing
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.failure_classes import FailureClass, verdict
+from harness.results.failure_classes import FailureClass, verdict
 
 from . import guards_of, is_missing
 

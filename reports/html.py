@@ -8,11 +8,11 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from harness.failure_classes import failure_classes
+from harness.results.failure_classes import failure_classes
 
 from . import OUTCOMES, SEVERITY, fmt_diff, prepare
 from .classes import class_groups
-from .compare import compare, summary
+from .compare import CHANGES, compare, summary
 from .cross import cross_target, pairs
 from .errchart import family_charts
 from .header import header
@@ -90,7 +90,8 @@ def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = 
     return {
         "title": title,
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "outcomes": OUTCOMES, "colors": COLORS, "header": header(df, classes),
+        # Attribute names are built from these fixed lists only, never from a table's values.
+        "outcomes": OUTCOMES, "change_kinds": CHANGES, "colors": COLORS, "header": header(df, classes),
         "total": len(df), "n_pass": int(df["pass"].sum()), "n_fail": int((~df["pass"]).sum()),
         "counts": {o: int(counts.get(o, 0)) for o in OUTCOMES},
         "runs": _runs(df), "matrix": matrix(df),

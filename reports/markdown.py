@@ -1,10 +1,12 @@
 """A Markdown summary for a PR comment: regressions and failures first, under the comment limit."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
-from harness.failure_classes import failure_classes, verdict
-from harness.sanitizer import report_of, where_text
+from harness.results.failure_classes import failure_classes, verdict
+from harness.tools.sanitizer import report_of, where_text
 
 from . import OUTCOMES, fmt_diff, fmt_wrong, prepare, repro_command, sort_failures_first
 from .compare import arches, by_arch, compare, summary
@@ -14,14 +16,42 @@ LIMIT = 65_000
 _RESERVE = 1_500
 
 
-def _cell(text) -> str:
+def _flat(text) -> str:
     text = "" if text is None or (isinstance(text, float) and pd.isna(text)) else str(text)
-    text = " ".join(text.split()).replace("|", "\\|")
+    return " ".join(text.split())
+
+
+def _cut(text: str) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+# What a table's text could use to become markup, a link or image, a mention, a code span
+# or a new table cell: each is shown as the character, never acted on.
+_MD_ESCAPES = str.maketrans({
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", "\\": "\\\\", "`": "\\`", "|": "\\|",
+    "[": "\\[", "]": "\\]",
+    "@": "@\u200b",   # GitHub links @name; a zero-width space after the @ breaks the name
+})
+
+
+def _cell(text) -> str:
+    """Plain text for a table cell or a line: nothing in it is Markdown or HTML."""
+    text = _cut(_flat(text)).translate(_MD_ESCAPES)
+    # Bare addresses autolink (http://…, www.…): broken the same way.
+    return text.replace("://", ":\u200b//").replace("www.", "www\u200b.")
+
+
 def _code(text) -> str:
-    return f"`{_cell(text)}`" if text else ""
+    """A code span holding the text as it is: fenced by more backticks than any run inside
+    it (Markdown reads nothing else in a code span), its pipes escaped for the table."""
+    text = _cut(_flat(text))
+    if not text:
+        return ""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or longest else ""
+    body = text.replace("|", "\\|")
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def _sanitizer_cell(value) -> str:
@@ -30,7 +60,7 @@ def _sanitizer_cell(value) -> str:
     if report is None:
         return ""
     where = where_text(report)
-    text = f"{report.get('tool', '')}" + (f" in `{_cell(report['kernel'])}`" if report.get("kernel") else "")
+    text = _cell(report.get("tool", "")) + (f" in {_code(report['kernel'])}" if report.get("kernel") else "")
     return text + f": {_cell(report.get('kind'))}" + (f"; {_cell(where)}" if where else "")
 
 
@@ -81,13 +111,13 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
     out = _Budget(limit)
     n_fail = int((~df["pass"]).sum())
     names = arches(df)
-    out.add(f"## {title}")
+    out.add(f"## {_cell(title)}")
     out.add("")
     classes = failure_classes(df)
-    out.add(f"**{verdict(df, classes)}**")
+    out.add(f"**{_cell(verdict(df, classes))}**")
     out.add("")
     out.add(f"{len(df)} cases, {len(df) - n_fail} pass, {n_fail} fail"
-            + (f" on {', '.join(names)}" if names else "") + ".")
+            + (f" on {_cell(', '.join(names))}" if names else "") + ".")
     out.add("")
     if classes:
         out.add(f"### Failure classes: {len(classes)}")
@@ -155,11 +185,11 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
     out.add("")
     if len(names) > 1:
         table = by_arch(df)
-        out.table("All cases", ["route", "case"] + names + ["max \\|diff\\|", "wrong/total"], [
+        out.table("All cases", ["route", "case"] + [_cell(a) for a in names] + ["max \\|diff\\|", "wrong/total"], [
             [_cell(r["route"]), _code(r["case_id"])]
             + [_cell(r[f"outcome:{a}"]) or "—" for a in names]
             + [" / ".join(fmt_diff(r[f"max_abs_diff:{a}"]) or "—" for a in names),
-               " / ".join(r[f"wrong:{a}"] or "—" for a in names)]
+               " / ".join(_cell(r[f"wrong:{a}"]) or "—" for a in names)]
             for _, r in table.iterrows()])
     else:
         rows = sort_failures_first(df)

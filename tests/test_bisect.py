@@ -159,7 +159,12 @@ def test_bisect_prints_one_line_per_step_as_it_goes(tmp_path, capsys):
     assert main(args) == 0
     out, err = capsys.readouterr()
     assert out.strip() == f"first bad commit: {shas[3]} Change 3"
-    steps = err.splitlines()
+    lines = err.splitlines()
+    ends = [line for line in lines if line.startswith(("bisect: --good ", "bisect: --bad "))]
+    assert [line.split()[1] for line in ends] == ["--good", "--bad"]    # both ends, first
+    assert lines[:2] == ends
+    steps = [line.replace("bisect: --good ", "bisect: ").replace("bisect: --bad ", "bisect: ")
+             for line in lines[2:]]
     short = {sha[:7]: (i, s) for i, (sha, s) in enumerate(zip(shas, states))}
     assert steps, err
     for line in steps:
@@ -173,3 +178,48 @@ def test_bisect_prints_one_line_per_step_as_it_goes(tmp_path, capsys):
     # every step git ran is there, the first included, and nothing else
     assert len(steps) == len(set(steps)) >= 2
     assert "noise" not in err
+
+
+def _main(repo, good, bad, tmp_path):
+    import argparse
+
+    from harness.tools.bisect import main
+    return main(argparse.Namespace(repo=str(repo), good=good, bad=bad, case_id="the/case",
+                                   python=sys.executable, disable_guards=None, target=None,
+                                   timeout=60.0, cache_dir=str(tmp_path / "cache")))
+
+
+@pytest.mark.parametrize("states, good, bad, said", [
+    (["bad", "bad", "bad"], 0, 2, "--good"),          # the case already fails at --good
+    (["good", "good", "good"], 0, 2, "--bad"),        # and passes at --bad
+    (["nobuild", "good", "bad"], 0, 2, "cannot be tested"),
+    (["good", "bad", "nobuild"], 0, 2, "cannot be tested"),
+])
+def test_bisect_checks_both_ends_first(tmp_path, capsys, states, good, bad, said):
+    repo, shas = stub_repo(tmp_path, states)
+    assert _main(repo, shas[good], shas[bad], tmp_path) == 1
+    out, err = capsys.readouterr()
+    verdicts = [line for line in err.splitlines() if " -> " not in line]
+    assert len(verdicts) == 1 and said in verdicts[0] and out == "", err
+    assert "first bad commit" not in out
+    assert git(repo, "rev-parse", "HEAD") == shas[-1]          # the checkout is put back
+    assert git(repo, "symbolic-ref", "--short", "HEAD") == "main"
+    assert subprocess.run(["git", "-C", str(repo), "bisect", "log"], capture_output=True).returncode != 0
+
+
+BROKEN_HARNESS = "raise ImportError('this commit cannot import the harness')\n"
+
+
+def test_a_commit_where_the_harness_cannot_run_is_skipped(tmp_path):
+    repo = init_repo(tmp_path / "repo")
+    shas = []
+    for i, state in enumerate(["good", "good", "broken", "bad", "bad"]):
+        main_py = BROKEN_HARNESS if state == "broken" else STUB
+        shas.append(commit(repo, f"step {i}: {state}", {
+            "harness/__init__.py": "", "harness/__main__.py": main_py,
+            "state.txt": "bad" if state == "broken" else state, "step.txt": str(i)}))
+    result = bisect(repo, shas[0], shas[-1], "the/case", cache_dir=str(tmp_path / "cache"))
+    skipped = [line for line in result["steps"] if "-> skip (the harness did not run" in line]
+    assert skipped and "cannot import the harness" in skipped[0], result["steps"]
+    # Skipped, not bad: git cannot tell step 2 from step 3, and says so.
+    assert result["commit"] is None and set(result["candidates"]) == {shas[2], shas[3]}

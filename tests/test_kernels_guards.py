@@ -190,6 +190,23 @@ REFUSALS = [
         torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.tensor([3]), 2, 2, 64, 16), ["paged_kv_last_page_len"]),
     ("state_contiguous", "strided_v", lambda: kernels.merge_state(
         torch.zeros(2, 2, 16)[..., ::2], torch.zeros(2, 2), torch.zeros(2, 2, 8), torch.zeros(2, 2)), ["v_a"]),
+    ("fp8_kv_route", "single_fp8", lambda: kernels.single_prefill_with_kv_cache(
+        single_inputs(2, 2)[0], *(t.to(torch.float8_e4m3fn) for t in single_inputs(2, 2)[1:])),
+     ["k dtype is float8_e4m3fn"]),
+    ("logits_soft_cap_valid", "negative", lambda: kernels.single_prefill_with_kv_cache(
+        *single_inputs(2, 2), logits_soft_cap=-2.0), ["logits_soft_cap is -2.0"]),
+    ("per_head_vector", "slopes_per_kv_head", lambda: kernels.single_decode_with_kv_cache(
+        single_inputs(4, 2, L=1)[0][0], *single_inputs(4, 2)[1:], alibi_slopes=torch.ones(2)),
+     ["alibi_slopes has shape (2,)", "num_qo_heads is 4"]),
+    ("kv_scale_scalar", "k_scale_2", lambda: paged_setup()[0].run(paged_setup()[1], paged_setup()[2].cache,
+                                                                   k_scale=torch.ones(2)), ["k_scale has shape (2,)"]),
+    ("custom_mask_shape", "wrong_size", lambda: kernels.single_prefill_with_kv_cache(
+        *single_inputs(2, 2), custom_mask=torch.ones(5, 8, dtype=torch.bool)), ["custom_mask has shape (5, 8)"]),
+    ("custom_mask_replaces_causal", "both", lambda: kernels.single_prefill_with_kv_cache(
+        *single_inputs(2, 2), causal=True, custom_mask=torch.ones(5, 9, dtype=torch.bool)), ["causal is True"]),
+    ("multi_token_decode_rows", "plan_zero", lambda: kernels.BatchDecodeWithPagedKVCacheWrapper(workspace(1)).plan(
+        torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([3]), 2, 2, 64, 16, q_len_per_req=0),
+     ["q_len_per_req is 0"]),
 ]
 
 

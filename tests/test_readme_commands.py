@@ -16,10 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # route/family.variant/tag: `fa2.paged_prefill/strided.q_stride2/bf16-d128-h4x2-p16-nhd`
 CASE_ID = re.compile(r"\b[a-z0-9_]+\.[a-z0-9_]+/[a-z0-9_]+\.[A-Za-z0-9_.]+/[A-Za-z0-9_.-]+")
-TARGETS = ("bundled", "faults", "torch-sdpa")
+TARGETS = ("bundled", "faults", "tests/fault_target.py", "torch-sdpa")
 # Commands quick enough for the test suite; the others (a full family, shrink, bisect) are
 # checked for their case ids only.
-QUICK = ("harness list", "harness check --target faults", "harness repro")
+QUICK = ("harness list", "harness check --target tests/fault_target.py", "harness repro")
 
 
 def commands_section() -> str:
@@ -90,7 +90,7 @@ def harness_on_path(tmp_path_factory) -> dict:
 def test_the_commands_section_has_quick_examples():
     quick = [c for c, _ in example_commands() if c.startswith(QUICK)]
     assert any(c.startswith("harness list") for c in quick), example_commands()
-    assert any(c.startswith("harness check --target faults") for c in quick), example_commands()
+    assert any(c.startswith("harness check --target tests/fault_target.py") for c in quick), example_commands()
 
 
 @pytest.mark.parametrize("command,status", [c for c in example_commands() if c[0].startswith(QUICK)],

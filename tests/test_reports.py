@@ -22,7 +22,7 @@ def row(case_id, outcome, ok, arch="gfx942", route="fa2.paged_prefill", family="
         "params": json.dumps({"head_dim": 128, "batch_size": 2}), "expect": "match",
         "outcome": outcome, "pass": ok, "max_abs_diff": None, "n_wrong": None, "n_total": None,
         "first_bad_index": None, "message": "", "error_type": "", "stage": "run",
-        "duration_s": 0.1, "reruns": 0, "flaky": False, "isolation": "xdist", "worker": "gw0",
+        "duration_s": 0.1, "reruns": 0, "flaky": False, "isolation": "", "worker": "gw0",
     }
     base.update(kw)
     return base

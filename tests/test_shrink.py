@@ -41,9 +41,45 @@ def test_shrinks_to_smallest_failing_case_with_same_outcome():
     assert (p["num_qo_heads"], p["num_kv_heads"]) == (3, 2)  # the 3:2 ratio is kept
     assert p["head_dim"] == 128  # 64 crashes: a different failure, so it stays
     assert p["page_size"] == 16 and p["causal"] is True
-    assert small.id.startswith("fa2.batch_decode/gqa.h24x16.shrunk-")
+    # The family's own rule names and judges the shrunk counts (cases/gqa.py rebuild()).
+    assert small.id.startswith("fa2.batch_decode/gqa.q3_over_kv2.shrunk-")
     assert small.id.endswith("/bf16-d128-h3x2") and small.seed == case().seed
     assert small.expect == "refuse"
+    assert small.refuse_words == ("num_qo_heads", "3", "num_kv_heads", "2")
+
+
+def test_a_trial_already_run_is_not_run_again():
+    calls = []
+    small, _, trials = shrink(case(), fake_step(calls))
+    keys = [json.dumps(dict(c.params), sort_keys=True) for c in calls]
+    assert len(keys) == len(set(keys)) == trials
+
+
+def test_derived_fields_follow_the_shrunk_params_in_every_rebuilding_family():
+    from cases import generate
+    from harness.tools.shrink import candidates
+    for family in ("gqa", "strided", "misplanned"):
+        for original in [c for c in generate([family]) if c.route == "fa2.paged_prefill"][:40]:
+            for params in list(candidates(dict(original.params)))[:6]:
+                small = shrunk_case(original, params)
+                again = generate([family])
+                assert small.id not in {c.id for c in again}
+                # The family's own generator, given these params, writes these fields.
+                mod = __import__(f"cases.{family}", fromlist=["rebuild"])
+                made = mod.rebuild(original, dict(small.params))
+                assert (made.expect, made.refuse_words, made.tag) == \
+                    (small.expect, small.refuse_words, small.tag)
+                assert small.variant.split(".shrunk-")[0] == made.variant
+                assert small.tag.endswith(original.tag[len(original.tag.split("-lib")[0]
+                                                           .split("-nolse")[0]):])
+
+
+def test_a_family_without_rebuild_keeps_its_words():
+    c = Case(route="fa2.single_prefill", family="values", variant="v", tag="bf16-d128-h4x4-x",
+             params={"dtype": "bf16", "head_dim": 128, "num_qo_heads": 4, "num_kv_heads": 4,
+                     "qo_lens": [9], "kv_lens": [9]}, expect="match")
+    small = shrunk_case(c, {**c.params, "num_qo_heads": 2, "num_kv_heads": 2})
+    assert small.tag == "bf16-d128-h2x2-x" and small.variant.startswith("v.shrunk-")
 
 
 def test_passing_case_is_refused():
@@ -72,21 +108,24 @@ def test_case_file_round_trips(tmp_path):
     assert load_case_json(str(path)) == small
 
 
-@pytest.mark.parametrize("body, expected", [
-    ('print(json.dumps({"outcome": "wrong", "pass": False})); sys.exit(1)', ("wrong", False)),
-    ('print(json.dumps({"outcome": "match", "pass": True}))', ("match", True)),
-    ("os.kill(os.getpid(), signal.SIGSEGV)", ("crash", False)),
-    ("sys.exit(5)", None),
-    ('raise ValueError("params[head_dim]")', None),
+@pytest.mark.parametrize("fault, expected", [
+    ("wrong", ("wrong", False)), ("none", ("match", True)), ("segv", ("crash", False)),
 ])
-def test_subprocess_step_maps_repro_results(tmp_path, body, expected):
+def test_subprocess_step_maps_child_rows(fault, expected):
+    """Each trial is the one child runner's row: a death is a crash, not the end."""
     from harness.tools.shrink import subprocess_step
-    fake = tmp_path / "fake-python"
-    fake.write_text(f"#!{sys.executable}\nimport json, os, signal, sys\n"
-                    f"assert sys.argv[1:4] == ['-m', 'harness', 'repro']\n{body}\n")
-    fake.chmod(0o755)
-    step = subprocess_step(python=str(fake), workdir=str(tmp_path), timeout=30)
-    assert step(case()) == expected
+    sys.path.insert(0, os.path.dirname(__file__))
+    from fault_target import fault_case
+    step = subprocess_step(target="faults", timeout=60)
+    assert step(fault_case(fault)) == expected
+
+
+def test_a_trial_that_cannot_load_its_target_is_invalid():
+    """A harness_error (here: a target that cannot load) says nothing about the library."""
+    from harness.tools.shrink import subprocess_step
+    sys.path.insert(0, os.path.dirname(__file__))
+    from fault_target import fault_case
+    assert subprocess_step(target="no_such_module:make_target", timeout=60)(fault_case("wrong")) is None
 
 
 @pytest.mark.parametrize("argv,words", [
@@ -116,3 +155,34 @@ def test_the_printed_repro_command_is_the_harness_command_and_files_go_under_cwd
     monkeypatch.chdir(tmp_path)
     out_dir = parser.parse_args(["x"]).out_dir
     assert not os.path.isabs(out_dir) and out_dir.startswith("results")
+
+
+def test_a_shrunk_guards_off_case_is_a_regression_test(tmp_path):
+    """Shrunk with the guards off, saved, then replayed by `check --cases-file`: it fails as
+    the library was before its fix and passes with the fix (the guards on), because its
+    refusal words name the shrunk head counts."""
+    import subprocess
+    case_id = "fa2.batch_decode/gqa.q12_over_kv8/bf16-d128-h12x8"
+    harness = [sys.executable, "-m", "harness"]
+    done = subprocess.run([*harness, "shrink", case_id, "--disable-guards", "all",
+                           "--out-dir", str(tmp_path / "shrunk")], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    saved = load_case_json(result["case_json"])
+    assert result["outcome"] == "silent" and saved.id == result["case_id"] != case_id
+    p = saved.params
+    assert (p["num_qo_heads"], p["num_kv_heads"]) != (12, 8) and p["num_qo_heads"] % p["num_kv_heads"]
+    assert saved.refuse_words == ("num_qo_heads", str(p["num_qo_heads"]),
+                                  "num_kv_heads", str(p["num_kv_heads"]))
+    assert f"h{p['num_qo_heads']}x{p['num_kv_heads']}" in saved.tag
+    assert f"-d{p['head_dim']}-" in saved.tag + "-"
+    check = [*harness, "check", "--cases-file", result["case_json"], "-n", "0"]
+    off = subprocess.run([*check, "--disable-guards", "all", "--results-dir", str(tmp_path / "off")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    on = subprocess.run([*check, "--results-dir", str(tmp_path / "on")],
+                        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert off.returncode == 1, off.stdout[-2000:] + off.stderr[-2000:]
+    assert on.returncode == 0, on.stdout[-2000:] + on.stderr[-2000:]
+    rows = [json.loads(line) for line in next((tmp_path / "on").glob("*.jsonl")).read_text().splitlines()]
+    assert [(r["case_id"], r["outcome"], r["pass"]) for r in rows] == [(saved.id, "refused", True)]

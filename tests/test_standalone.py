@@ -151,3 +151,16 @@ def test_repro_standalone_on_an_unwritable_case_is_one_line_exit_2(tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("repro: target 'bundled' cannot write") and "mis-planned" in err[-1]
     assert not (tmp_path / "x.py").exists()
+
+
+def test_one_script_per_failure_class(tmp_path):
+    from harness.tools.standalone import write_class_repros
+    ids = ["fa2.ragged_prefill/strided.q_stride2/fp16-d64-h4x2",
+           "fa2.paged_prefill/gqa.q6_over_kv3/bf16-d128-h6x3"]
+    rows = [_row("bundled", "all", cid) for cid in ids]
+    done = write_class_repros(rows, tmp_path / "repros", "bundled", "all")
+    assert [cid for cid, _ in done] == [ids[0]]           # the passing row is no class
+    script = Path(done[0][1])
+    assert script.parent == tmp_path / "repros" and script.suffix == ".py"
+    run = _run_isolated(script, tmp_path)
+    assert run.returncode == 1 and "VERDICT wrong" in run.stdout, run.stdout + run.stderr[-1500:]

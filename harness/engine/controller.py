@@ -158,6 +158,9 @@ class Controller:
     def pytest_unconfigure(self, config):
         import shutil
         shutil.rmtree(self.run.state_dir, ignore_errors=True)
+        lock = getattr(self.run, "table_lock", None)
+        if lock is not None:
+            lock.release()   # under `harness check` its parent holds it, and removes it
 
 
 def _keep_attempt(run: Run, report) -> None:

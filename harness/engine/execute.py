@@ -144,6 +144,7 @@ def _execute(case: Case, target: Target, device: torch.device, buffers: Buffers,
     buffers.stage("build inputs")
     problem = build_problem(case.params, case.seed, device)
     performed, read = _tracked(case)
+    read.buffers = buffers
 
     try:
         result = target.run(performed, problem, buffers)
@@ -178,7 +179,9 @@ def _execute(case: Case, target: Target, device: torch.device, buffers: Buffers,
         if unread:
             return done(unread, error_type=type(error).__name__)
         corruption = buffers.check()
-        return done(classify(case, error=error, corruption=corruption), error_type=type(error).__name__)
+        return done(classify(case, error=error, corruption=corruption,
+                             vocabulary=target.capabilities.vocabulary),
+                    error_type=type(error).__name__)
 
     unread = _unread(read)
     if unread:
@@ -231,11 +234,26 @@ def _tracked(case: Case):
 def _unread(read: ReadParams) -> Verdict | None:
     keys = read.unread()
     if not keys:
-        return None
+        return _strided_not_handed(read)
     said = ", ".join(f"params[{k!r}] = {read._params[k]!r}" for k in keys)
     return harness_error_verdict(f"the adapter never read {said}: the case it ran is not "
                                  f"this case (docs/targets.md: every perturbation is the "
                                  f"adapter's to perform, or to Skip)")
+
+
+def _strided_not_handed(read: ReadParams) -> Verdict | None:
+    """A strided case whose named tensor never went through the case's buffers (Views or
+    Buffers.watch/output under that name) tested the packed tensor: not this case."""
+    name = read._params.get("strided")
+    if not name:
+        return None
+    base = name[:-len("_heads")] if name.endswith("_heads") else name
+    if base in read.buffers.names() or name in read.buffers.names():
+        return None
+    return harness_error_verdict(
+        f"params['strided'] = {name!r}, but no tensor named {base!r} went through the "
+        f"case's buffers (layout.Views.input/index/output, or Buffers.watch/output under "
+        f"that name): the view was never made, so the packed tensor was tested")
 
 
 def judge(result: dict, expected: dict, baseline: dict | None, problem,

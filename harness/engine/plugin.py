@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine import device_memory, fast_exit, held_start, isolation
+from harness.engine import device_memory, fast_exit, forkserver, held_start, isolation
 from harness.results import table
 from harness.targets import label as target_label
 from harness.model import budget, sizes
@@ -96,7 +96,11 @@ def run_report(config, run: Run) -> dict:
         if not config.getoption("disable_guards") and os.environ.get(GUARDS_ENV):
             # Set by the user, not by --disable-guards: judged as the option would be, so an
             # unknown name is one line now instead of every case's harness_error row.
-            check_guard_names(os.environ[GUARDS_ENV], config.getoption("target"))
+            try:
+                session_check_guard_names(os.environ[GUARDS_ENV], config.getoption("target"))
+            except ValueError as why:
+                return {"error": f"{GUARDS_ENV}={os.environ[GUARDS_ENV]}: "
+                                 + _one_line(why).replace("--disable-guards: ", "")}
     # An unknown name or file, or a target whose library is missing or cannot run here
     # (its message says what to install): one line, and nothing runs.
     except (pytest.UsageError, ValueError, OSError, RuntimeError, ImportError) as why:
@@ -315,6 +319,8 @@ def _prepare_workers(config, run: Run, validated: bool) -> None:
         # Host kernels and the CPU reference each use every core by default;
         # N workers doing that oversubscribe the machine N-fold.
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    if config.getoption("max_case_bytes"):
+        os.environ[budget.CEILING_ENV] = str(config.getoption("max_case_bytes"))
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         # SIGTERM ends the run like Ctrl-C: finished rows are on disk already,
         # and sessionfinish still records what is pending.
@@ -536,16 +542,27 @@ def run_case(request, case) -> dict:
     shares = device_memory.shares_for(case.params, device_memory.total_device_bytes())
     with device_memory.held(run.state_dir, shares):   # before the hang timer starts
         state.begin(case.id, run.timeout_for(case))
+        row = None
+        forked = forkserver.forks_each(target, case)
         try:
-            result, attempts = execute_repeated(case, target, run.repeat(), on_stage=state.stage)
+            if forked:
+                row = forkserver.forked_row(case, run.opt("target"), target, run.repeat(),
+                                       run.timeout_for(case), run.context)
+            else:
+                result, attempts = execute_repeated(case, target, run.repeat(),
+                                                    on_stage=state.stage)
         finally:
             state.end(case.id)
         if shares:
             device_memory.release_cached()
-    row = case_row(case, result, attempts=attempts, repeat=run.repeat(),
-                   profile=run.opt("profile") or default_profile(), **run.context)
+    if row is None:
+        row = case_row(case, result, attempts=attempts, repeat=run.repeat(),
+                       profile=run.opt("profile") or default_profile(), **run.context)
+    else:
+        row["profile"] = run.opt("profile") or default_profile()
     sick = isolation.health_probe()
-    if sick is None and is_sticky(row):
+    if sick is None and is_sticky(row) and not forked:
+        # A crash in a forked child poisoned that child, not this worker.
         sick = row["message"]
     if sick is not None:
         run.retire_reason = sick

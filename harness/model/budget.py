@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 from harness.model.sizes import qkv_elements
@@ -70,6 +71,22 @@ def mem_available() -> int | None:
 def default_ceiling() -> int | None:
     avail = mem_available()
     return None if avail is None else int(avail * DEFAULT_SHARE)
+
+
+# Set by the plugin from --max-case-bytes, so every worker (and every child it starts) has
+# the run's one ceiling.
+CEILING_ENV = "HARNESS_MAX_CASE_BYTES"
+
+
+def run_ceiling() -> int | None:
+    """The run's ceiling: --max-case-bytes (through CEILING_ENV), else default_ceiling()."""
+    value = os.environ.get(CEILING_ENV)
+    if value:
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return default_ceiling()
 
 
 def over_ceiling(params: dict, ceiling: int | None) -> str | None:

@@ -224,6 +224,10 @@ class Buffers:
         self._watched.append(_Watched(name, tensor, fp))
         return fp
 
+    def names(self) -> set[str]:
+        """Every tensor name handed through these buffers (outputs and watched inputs)."""
+        return {g.name for g in self._guarded} | {w.name for w in self._watched}
+
     def check(self) -> list[str]:
         """One message per violation: a canary band or a watched input changed."""
         problems = []

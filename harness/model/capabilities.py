@@ -12,6 +12,22 @@ Features (Case.requires and Capabilities.features):
   partial_state   paged run(partial_state=(v, s)) merging a prior attention state
   split_control   the caller sets the planner's KV split (max_kv_chunk)
   restage         plan() reads caller-owned CPU index tensors the caller may rewrite
+  softcap         logits_soft_cap: logits c * tanh(s / c) before masking
+  sinks           a sink logit per q head in the softmax denominator
+  alibi           ALiBi slopes per q head, bottom-right aligned positions
+  fp8_kv          fp8 (e4m3 / e5m2) KV caches with per-tensor k_scale / v_scale
+  multi_token_decode  batch decode with several q rows per request, causal within it
+  custom_mask     a caller's boolean mask per request (True: attend)
+
+Metadata (Capabilities.metadata): the fields the library's batch description carries, each
+mapped to the call that consumes it ("plan", "run", "get_scheduler_metadata", ...). The
+adversarial families ask for fields, never for plan(): a case that needs the metadata field
+F lists "metadata.F" in Case.requires, and reaches every target that declares F, whatever
+its API's shape (METADATA_FIELDS says what each field is).
+
+Vocabulary (Capabilities.vocabulary): our field name -> the names the library's messages use
+for it, so a refusal is judged in the library's own words (still as whole words, still with
+the values).
 """
 from __future__ import annotations
 
@@ -20,7 +36,26 @@ from typing import Mapping
 
 ALL_DTYPES = frozenset({"fp16", "bf16", "fp32"})
 ALL_LAYOUTS = frozenset({"NHD", "HND"})
-FEATURES = frozenset({"plan_run", "graphs", "partial_state", "split_control", "restage"})
+FEATURES = frozenset({"plan_run", "graphs", "partial_state", "split_control", "restage",
+                      "softcap", "sinks", "alibi", "fp8_kv", "multi_token_decode",
+                      "custom_mask"})
+# The abstract fields a batch description may carry (harness/targets/*/mismatch.py perform
+# them): a case about field F runs tensors or metadata that disagree with the rest there.
+METADATA_FIELDS = {
+    "num_qo_heads": "query heads the description states, against q's",
+    "num_kv_heads": "kv heads the description states, against the cache's",
+    "head_dim_qk": "q/k head dimension stated, against q's last dim",
+    "head_dim_vo": "v head dimension stated, against v's last dim",
+    "page_size": "tokens per page (block size) stated, against the cache's",
+    "rank": "the rank of q the call reads, against q's",
+    "q_rows": "query rows the description covers, against q's rows",
+    "kv_rows": "kv rows the description covers, against ragged k/v's rows",
+    "dtype": "the dtype planned, against q's",
+    "batch_size": "requests the description states, against the per-request tensors",
+    "kv_lens": "a request's kv length, against what its block-table row holds",
+    "block_table": "a block-table entry, against the pool of blocks it indexes",
+    "query_start_loc": "the query offsets' last entry, against q's rows",
+}
 # "out": the caller hands the output buffer (out=, lse=); "lse": the LSE can be returned.
 CALL_FORMS = frozenset({"out", "lse"})
 
@@ -38,11 +73,22 @@ class Capabilities:
     layouts: frozenset = ALL_LAYOUTS
     call_forms: frozenset = CALL_FORMS
     features: frozenset = field(default_factory=frozenset)
+    # {abstract field: the call that consumes it}; {our field: the library's names for it}
+    metadata: Mapping = field(default_factory=dict)
+    vocabulary: Mapping = field(default_factory=dict)
 
     def __post_init__(self):
         unknown = set(self.features) - FEATURES
         if unknown:
             raise ValueError(f"Capabilities.features: unknown {sorted(unknown)}; known {sorted(FEATURES)}")
+        unknown = set(self.metadata) - set(METADATA_FIELDS)
+        if unknown:
+            raise ValueError(f"Capabilities.metadata: unknown fields {sorted(unknown)}; "
+                             f"known {sorted(METADATA_FIELDS)}")
+        for ours, theirs in self.vocabulary.items():
+            if isinstance(theirs, str) or not all(isinstance(t, str) and t for t in theirs):
+                raise ValueError(f"Capabilities.vocabulary[{ours!r}]: a tuple of the names "
+                                 f"the library uses, got {theirs!r}")
 
     def lacks(self, op: str, params: Mapping, requires=()) -> str | None:
         """The first capability a case on `op` needs that this target lacks, in words."""
@@ -63,6 +109,9 @@ class Capabilities:
         if params.get("strided") in outputs and "out" not in self.call_forms:
             return "call form out (a caller-given output buffer)"
         for need in requires:
-            if need not in self.features:
+            if need.startswith("metadata."):
+                if need[len("metadata."):] not in self.metadata:
+                    return f"metadata field {need[len('metadata.'):]}"
+            elif need not in self.features:
                 return f"feature {need}"
         return None

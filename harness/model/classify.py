@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from harness.model.case import Case
 from harness.model.compare import Comparison, summarize
@@ -106,9 +106,18 @@ def _verdict(case: Case, outcome: str, message: str) -> Verdict:
     return Verdict(outcome, outcome in case.allowed(), message)
 
 
+def in_their_words(word: str, vocabulary: Mapping | None) -> str:
+    """A refusal word with the library's own names for it added as alternatives."""
+    if not vocabulary:
+        return word
+    alts = word.split("|")
+    extra = [t for a in alts for t in vocabulary.get(a, ())]
+    return "|".join(alts + [t for t in extra if t not in alts])
+
+
 def classify(case: Case, *, error: BaseException | None = None,
              comparisons: Iterable = (), corruption: Iterable[str] = (),
-             skip_reason: str | None = None) -> Verdict:
+             skip_reason: str | None = None, vocabulary: Mapping | None = None) -> Verdict:
     if skip_reason is not None:
         return Verdict("skipped", True, skip_reason)
     corruption = list(corruption)
@@ -118,7 +127,8 @@ def classify(case: Case, *, error: BaseException | None = None,
         text = error_text(error)
         if "refused" not in case.allowed():
             return _verdict(case, "unexpected_refusal", text)
-        missing = [w for w in case.refuse_words if not names_word(str(error), w)]
+        missing = [w for w in case.refuse_words
+                   if not names_word(str(error), in_their_words(w, vocabulary))]
         if missing:
             return Verdict("refused", False, f"refusal does not name "
                            f"{', '.join(repr(w) for w in missing)} as a word: {text}")

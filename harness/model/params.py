@@ -36,6 +36,31 @@ SCHEMA: dict[str, Param] = {
     "sm_scale": Param(_NUM + (type(None),), "softmax scale [1/sqrt(head_dim)]", True),
     "return_lse": Param(_BOOL, "the case asks for the LSE too", True),
     "values": Param(_STR, "how q, k, v are drawn: normal | large_logits | outlier | ties | tiny", True),
+    # ---- features (harness/model/problem.py defines each; reference.py the order they apply in)
+    "logits_soft_cap": Param(_NUM, "c > 0: every logit s (q.k * sm_scale) becomes c * tanh(s / c), "
+                                   "before ALiBi and before masking [0: off]", True),
+    "sinks": Param(_BOOL + _LIST, "attention sinks: one extra logit per q head that joins the "
+                                  "softmax denominator only; true: drawn from the seed, a list: "
+                                  "those values (fp32, one per q head) [off]", True),
+    "alibi_slopes": Param(_BOOL + _LIST, "ALiBi: a slope per q head, logit += slope * (key_pos - "
+                                         "query_pos), query_pos bottom-right aligned as causal is; "
+                                         "true: drawn from the seed, a list: those values [off]", True),
+    "kv_dtype": Param(_STR + (type(None),), "fp8_e4m3 | fp8_e5m2: k and v are stored in that fp8 "
+                                            "format (torch.float8_e4m3fn / float8_e5m2), quantized "
+                                            "from the drawn values as round(k / k_scale) saturated "
+                                            "at the format's max [= dtype]", True),
+    "k_scale": Param(_NUM, "per-tensor dequantization scale of the stored k: k = stored * k_scale, "
+                           "its fp32 value [1.0]", True),
+    "v_scale": Param(_NUM, "per-tensor dequantization scale of the stored v [1.0]", True),
+    "q_len_per_req": Param(_INT, "batch decode with n > 1 q rows per request (a speculative "
+                                 "verify step): every qo_lens entry is n, causal within the "
+                                 "request, bottom-right aligned [1]", True),
+    "custom_mask": Param(_STR + (type(None),), "a bool mask per request [qo_len, kv_len], True = "
+                                               "attend, drawn from the seed: random (each entry a "
+                                               "fair coin) | tree (a prefix every row sees, then a "
+                                               "token tree: each row sees its ancestors and "
+                                               "itself) | random_empty_row (random, row 0 of every "
+                                               "request sees nothing); it replaces causal [none]", True),
     # ---- how an adapter lays the problem out
     "layout": Param(_STR, "NHD | HND: the KV layout of caches and dense k/v"),
     "page_size": Param(_INT, "tokens per page [16]"),
@@ -56,6 +81,12 @@ SCHEMA: dict[str, Param] = {
     "strided": Param(_STR, "the one tensor passed as an adversarial view (stride(-1) == 2, NaN in "
                            "the skipped slots; q_heads: head-sliced; an index tensor: every other)"),
     "mismatch": Param(_DICT, "{field, value}: run() gets tensors that disagree with plan() there"),
+    "malformed": Param(_DICT, "one feature argument passed malformed: {field: sinks | alibi_slopes, "
+                              "length: n} a per-head vector of n entries; {field: k_scale | "
+                              "v_scale, shape: [..]} a scale tensor of that shape; {field: "
+                              "custom_mask, delta: n} a mask n elements longer (negative: "
+                              "shorter) than the batch needs; {field: q_len_per_req, q_rows: n} "
+                              "run() gets n q rows, not a multiple of q_len_per_req"),
     # ---- multi-call scenarios
     "scenario": Param(_STR, "a named script: plan_failed_midway | plan_rejected_first | "
                             "graph_replan | restaged"),
@@ -79,6 +110,11 @@ MUST_READ = frozenset({
     "strided", "mismatch", "scenario", "replan_max_kv_chunk", "capacity", "restage",
     "sequence", "index_device", "use_cuda_graph", "partial_state", "merge", "num_decodes",
     "max_kv_chunk", "fault",
+    # Features: an adapter that never passed one could still pass where its effect is small
+    # (a soft cap far above the logits, a sink far below the LSE, scales of 1, an fp8 cache
+    # handed over dequantized, a mask that happens to keep most keys).
+    "logits_soft_cap", "sinks", "alibi_slopes", "kv_dtype", "k_scale", "v_scale",
+    "q_len_per_req", "custom_mask", "malformed",
 })
 
 

@@ -48,7 +48,22 @@ DEFAULTS = {
     "sm_scale": None,         # = 1 / sqrt(head_dim)
     "return_lse": False,
     "values": "normal",       # one of VALUES
+    # Features (params.SCHEMA says what each means; reference.py applies them in the order
+    # kernels/README.md documents: soft cap, ALiBi, masking, sinks).
+    "logits_soft_cap": 0.0,
+    "sinks": False,
+    "alibi_slopes": False,
+    "kv_dtype": None,         # = dtype
+    "k_scale": 1.0,
+    "v_scale": 1.0,
+    "q_len_per_req": 1,
+    "custom_mask": None,
 }
+
+# The stored formats of an fp8 KV cache. torch's casts do not all saturate (e5m2 overflows
+# to inf), so quantize() clamps to the format's max first, as a KV-cache writer does.
+FP8_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
+CUSTOM_MASKS = ("random", "tree", "random_empty_row")
 REQUIRED = ("head_dim", "num_qo_heads", "qo_lens", "kv_lens")
 
 # Up to this much work (q.k products times q heads times head_dim: isolation.case_work, the
@@ -88,6 +103,50 @@ class Problem:
     # The same q, k, v on the CPU (bit for bit: the draws before they moved), kept for a
     # device problem whose reference is cheaper there; None otherwise (see on_host).
     host_qkv: tuple | None = field(default=None, repr=False)
+    # Features. k and v hold what the cache stores: kv_dtype's values (fp8 bytes for an fp8
+    # cache), which dequantize to k * k_scale, v * v_scale. Scales are their fp32 values,
+    # the number a kernel receives. sinks / alibi_slopes: fp32 [Hq] on the CPU; custom_mask:
+    # one bool [qo_len_i, kv_len_i] a request, on the CPU (True: attend).
+    kv_dtype: torch.dtype | None = None
+    kv_dtype_name: str = ""
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    logits_soft_cap: float = 0.0
+    sinks: torch.Tensor | None = None
+    alibi_slopes: torch.Tensor | None = None
+    q_len_per_req: int = 1
+    custom_mask: list | None = None
+
+    def __post_init__(self):
+        if self.kv_dtype is None:
+            self.kv_dtype, self.kv_dtype_name = self.dtype, self.dtype_name
+
+    @property
+    def fp8_kv(self) -> bool:
+        return self.kv_dtype_name in FP8_DTYPES
+
+    def features(self) -> frozenset:
+        """The capabilities.FEATURES names this problem uses (scales other than 1 count as
+        fp8_kv: the argument that carries them is the fp8 cache's)."""
+        used = set()
+        if self.logits_soft_cap > 0:
+            used.add("softcap")
+        if self.sinks is not None:
+            used.add("sinks")
+        if self.alibi_slopes is not None:
+            used.add("alibi")
+        if self.fp8_kv or self.k_scale != 1.0 or self.v_scale != 1.0:
+            used.add("fp8_kv")
+        if self.q_len_per_req > 1:
+            used.add("multi_token_decode")
+        if self.custom_mask is not None:
+            used.add("custom_mask")
+        return frozenset(used)
+
+    def custom_mask_flat(self) -> torch.Tensor:
+        """The requests' masks concatenated row-major, request 0 first (a paged plan's form)."""
+        parts = [m.reshape(-1) for m in self.custom_mask or ()]
+        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.bool)
 
     @property
     def batch_size(self) -> int:
@@ -112,10 +171,10 @@ class Problem:
         return _cat(self.q, (self.num_qo_heads, self.head_dim), self.dtype, self.device)
 
     def k_packed(self) -> torch.Tensor:
-        return _cat(self.k, (self.num_kv_heads, self.head_dim), self.dtype, self.device)
+        return _cat(self.k, (self.num_kv_heads, self.head_dim), self.kv_dtype, self.device)
 
     def v_packed(self) -> torch.Tensor:
-        return _cat(self.v, (self.num_kv_heads, self.head_dim_vo), self.dtype, self.device)
+        return _cat(self.v, (self.num_kv_heads, self.head_dim_vo), self.kv_dtype, self.device)
 
 
 def _cat(parts, tail, dtype, device) -> torch.Tensor:
@@ -187,7 +246,48 @@ def normalize(params: Mapping[str, Any]) -> dict[str, Any]:
             raise _bad("sm_scale", scale, "must be a finite number > 0 or null")
     if p["values"] not in VALUES:
         raise _bad("values", p["values"], f"must be one of {list(VALUES)}")
+    _features(p)
     return p
+
+
+def _number(p, key: str, minimum: float, strict: bool = False) -> float:
+    value = p[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < minimum or (strict and value == minimum):
+        raise _bad(key, value, f"must be a finite number {'>' if strict else '>='} {minimum}")
+    return float(value)
+
+
+def _features(p: dict) -> None:
+    _number(p, "logits_soft_cap", 0.0)
+    for key in ("sinks", "alibi_slopes"):
+        value = p[key]
+        if isinstance(value, list):
+            if len(value) != p["num_qo_heads"] or any(
+                    isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
+                    for x in value):
+                raise _bad(key, value, f"must be true, false or {p['num_qo_heads']} finite "
+                                       f"numbers (one per q head)")
+        elif not isinstance(value, bool):
+            raise _bad(key, value, "must be true, false or a list of numbers")
+    if p["kv_dtype"] is not None and p["kv_dtype"] not in FP8_DTYPES and p["kv_dtype"] != p["dtype"]:
+        raise _bad("kv_dtype", p["kv_dtype"], f"must be one of {sorted(FP8_DTYPES)} or null")
+    if p["kv_dtype"] in FP8_DTYPES and p["values"] == "tiny":
+        # tiny scales k up by 2^124 (bf16): past every fp8 format, so every key would saturate.
+        raise _bad("values", "tiny", "has no fp8 KV form")
+    _number(p, "k_scale", 0.0, strict=True)
+    _number(p, "v_scale", 0.0, strict=True)
+    n = _int(p, "q_len_per_req", 1)
+    if n > 1:
+        if any(lq != n for lq in p["qo_lens"]):
+            raise _bad("qo_lens", p["qo_lens"], f"must all be q_len_per_req ({n})")
+        if not p["causal"]:
+            raise _bad("causal", False, "multi-token decode is causal within the request: "
+                                        "set causal true")
+    # With causal too the problem is both masks' intersection; a library may refuse the pair.
+    mask = p["custom_mask"]
+    if mask is not None and mask not in CUSTOM_MASKS:
+        raise _bad("custom_mask", mask, f"must be one of {list(CUSTOM_MASKS)} or null")
 
 
 # ---------------------------------------------------------------- value kinds
@@ -265,6 +365,77 @@ VALUES = {"normal": _normal, "large_logits": _large_logits, "outlier": _outlier,
           "ties": _ties, "tiny": _tiny}
 
 
+# ---------------------------------------------------------------- features
+#
+# Feature values come from generators of their own, seeded by (seed, salt): a case without
+# features draws exactly what it drew before they existed, and adding one feature to a case
+# leaves its q, k, v and every other feature's values as they were.
+
+_SALT = {"sinks": 0x51, "alibi_slopes": 0xA1, "custom_mask": 0xC3}
+
+
+def _feature_gen(seed: int, key: str) -> torch.Generator:
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed((int(seed) * 0x9E3779B1 + _SALT[key]) % (1 << 63))
+    return gen
+
+
+def draw_sinks(seed: int, num_qo_heads: int) -> torch.Tensor:
+    """One sink logit a q head, N(1, 2): near the LSE of rows over tens of keys, so the sink
+    takes a visible share of the denominator without swallowing the row."""
+    return 1.0 + 2.0 * torch.randn(num_qo_heads, generator=_feature_gen(seed, "sinks"))
+
+
+def draw_alibi_slopes(seed: int, num_qo_heads: int) -> torch.Tensor:
+    """Slopes 2^-u, u uniform in [0.5, 8): the range of the standard geometric slopes, but
+    drawn per head, so the heads of one GQA group differ (kv-head slopes would show)."""
+    u = 0.5 + 7.5 * torch.rand(num_qo_heads, generator=_feature_gen(seed, "alibi_slopes"))
+    return torch.pow(2.0, -u).to(torch.float32)
+
+
+def draw_custom_masks(seed: int, kind: str, qo_lens, kv_lens) -> list[torch.Tensor]:
+    """One bool [qo_len, kv_len] mask a request (True: attend).
+
+    tree: the keys before the last qo_len are a prefix every row sees; the last qo_len keys
+    are the query tokens themselves, a tree whose node t has a parent drawn below t, and row
+    t sees its ancestors and itself (tree attention in speculative decoding). Nodes whose key
+    position falls before 0 (qo_len > kv_len) are not in the cache: rows see what is.
+    """
+    gen = _feature_gen(seed, "custom_mask")
+    masks = []
+    for lq, lk in zip(qo_lens, kv_lens):
+        if kind == "tree":
+            anc = torch.zeros(lq, lq, dtype=torch.bool)
+            for t in range(lq):
+                anc[t, t] = True
+                if t:
+                    parent = int(torch.randint(0, t, (1,), generator=gen))
+                    anc[t] |= anc[parent]
+            m = torch.zeros(lq, lk, dtype=torch.bool)
+            prefix = lk - lq
+            if prefix > 0:
+                m[:, :prefix] = True
+            lo = max(0, -prefix)       # the first tree node with a key
+            m[:, max(prefix, 0):] = anc[:, lo:]
+        else:
+            m = torch.rand(lq, lk, generator=gen) < 0.5
+            if kind == "random_empty_row" and lq:
+                m[0] = False
+        masks.append(m)
+    return masks
+
+
+def quantize(x: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """What an fp8 cache stores for the values x: x / scale rounded to the format, saturated
+    at its max (float32 in, fp8 out)."""
+    top = float(torch.finfo(dtype).max)
+    return (x / scale).clamp(-top, top).to(dtype)
+
+
+def _fp32(value: float) -> float:
+    return float(torch.tensor(float(value), dtype=torch.float32))
+
+
 def _indptr(lens: list[int]) -> torch.Tensor:
     out = torch.zeros(len(lens) + 1, dtype=torch.int32)
     out[1:] = torch.tensor(lens, dtype=torch.int64).cumsum(0).to(torch.int32)
@@ -299,12 +470,20 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
         return torch.randn(shape, generator=gen, dtype=torch.float32)
 
     keep_host = device.type != "cpu" and case_work(p) <= HOST_REFERENCE_WORK
+    fp8 = FP8_DTYPES.get(p["kv_dtype"])
+    k_scale, v_scale = _fp32(p["k_scale"]), _fp32(p["v_scale"])
     drawn = ([], [], [])      # q, k, v of each request, cast, where they were drawn
     for r, (lq, lk) in enumerate(zip(p["qo_lens"], p["kv_lens"])):
         qr, kr, vr = draw(r, 0, lq, hq, d), draw(r, 1, lk, hkv, d), draw(r, 2, lk, hkv, dv)
         VALUES[p["values"]](qr, kr, vr, r=r, dtype=p["dtype"], sm_scale=sm_scale)
-        for parts, t in zip(drawn, (qr, kr, vr)):
-            parts.append(t.to(dtype))
+        if fp8 is not None:
+            kr, vr = quantize(kr, k_scale, fp8), quantize(vr, v_scale, fp8)
+        else:
+            # A 16/32-bit cache holds the drawn values; k_scale / v_scale other than 1 then
+            # scale them in the kernel (the reference multiplies them in too).
+            kr, vr = kr.to(dtype), vr.to(dtype)
+        for parts, t in zip(drawn, (qr.to(dtype), kr, vr)):
+            parts.append(t)
     host = tuple([t.cpu() for t in parts] for parts in drawn) if keep_host else None
     q, k, v = (_moved(parts, device) for parts in drawn)
     return Problem(
@@ -315,4 +494,20 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
         causal=p["causal"], window_left=p["window_left"],
         sm_scale=sm_scale, return_lse=p["return_lse"], seed=int(seed),
         host_qkv=host,
+        kv_dtype=fp8 or dtype, kv_dtype_name=p["kv_dtype"] if fp8 is not None else p["dtype"],
+        k_scale=k_scale, v_scale=v_scale, logits_soft_cap=float(p["logits_soft_cap"]),
+        sinks=_per_head(p, "sinks", seed, draw_sinks),
+        alibi_slopes=_per_head(p, "alibi_slopes", seed, draw_alibi_slopes),
+        q_len_per_req=p["q_len_per_req"],
+        custom_mask=(draw_custom_masks(seed, p["custom_mask"], p["qo_lens"], p["kv_lens"])
+                     if p["custom_mask"] else None),
     )
+
+
+def _per_head(p, key: str, seed: int, drawn) -> torch.Tensor | None:
+    value = p[key]
+    if value is False:
+        return None
+    if value is True:
+        return drawn(int(seed), p["num_qo_heads"]).to(torch.float32)
+    return torch.tensor([float(x) for x in value], dtype=torch.float32)

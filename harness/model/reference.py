@@ -14,6 +14,24 @@ Conventions (FlashInfer's): causal is bottom-right aligned, so with qo_len L
 and kv_len K query row i sees kv j <= i + K - L; window_left w >= 0 also
 requires j >= i + K - L - w. LSE is the natural log. A row that sees no kv
 gives output 0 and LSE -inf.
+
+Features, in this order for the logit of query row i and key j (kernels/README.md's order,
+which is FlashInfer's and vLLM's):
+
+1. s = q . k * sm_scale, k dequantized first: an fp8 (or scaled) cache's k is its stored
+   values times k_scale, v likewise times v_scale (the exact stored bytes: quantization
+   error is the problem's, not the library's);
+2. soft cap c > 0: s = c * tanh(s / c);
+3. ALiBi: s += slope[h] * (j - pos), h the q head (never its kv head), pos = i + K - L: the
+   query's key position, bottom-right aligned exactly as causal is, so a decode row
+   (L = 1) sits at the last key and every bias is <= 0 there;
+4. masking (causal, window, custom mask: a key must pass every mask given) removes a key
+   entirely: it has no logit, capped or not;
+5. softmax over the kept keys and, with sinks, one extra logit sinks[h] in the denominator
+   only: o = sum_j exp(s_j - lse) v_j, lse = log(sum_j exp(s_j) + exp(sinks[h])). A row
+   that keeps no key has o = 0 and lse = sinks[h] (-inf without sinks).
+
+Multi-token decode (q_len_per_req n) is that same causal problem with L = n rows a request.
 """
 from __future__ import annotations
 
@@ -74,23 +92,41 @@ def visible_mask(qo_len: int, kv_len: int, causal: bool, window_left: int,
     return mask
 
 
-def _one_request(q, k, v, heads, scale, mask, ct, rounded: torch.dtype | None = None):
+def _one_request(q, k, v, heads, scale, mask, ct, rounded: torch.dtype | None = None,
+                 feats: dict | None = None):
     """q [L, Hq, D], k [K, Hkv, D], v [K, Hkv, Dv] -> o [L, Hq, Dv], lse [L, Hq], in ct.
 
     With `rounded`, the softmax weights P are rounded to it before P @ V and
-    the output after, as a kernel working in that dtype does.
+    the output after, as a kernel working in that dtype does. feats: the problem's
+    features (_features), applied in the module docstring's order.
     """
-    q, k, v = q.to(ct), k.to(ct), v.to(ct)
+    f = feats or {}
+    q = q.to(ct)
+    k = k.to(ct) * f["k_scale"] if f.get("k_scale", 1.0) != 1.0 else k.to(ct)
+    v = v.to(ct) * f["v_scale"] if f.get("v_scale", 1.0) != 1.0 else v.to(ct)
     heads = heads.to(k.device)
     k = k.index_select(1, heads)   # q head h reads kv head heads[h]
     v = v.index_select(1, heads)
+    cap, slopes, sinks = f.get("cap", 0.0), f.get("slopes"), f.get("sinks")
+    n_q, n_kv = q.shape[0], k.shape[0]
     # Query rows in blocks so the [Hq, rows, K] logits stay a bounded size.
     rows = max(1, _LOGITS_BUDGET // max(1, q.shape[1] * k.shape[0]))
     outs, lses = [], []
     for lo in range(0, max(q.shape[0], 1), rows):
         s = torch.einsum("lhd,khd->hlk", q[lo:lo + rows], k) * scale
+        if cap > 0:
+            s = cap * torch.tanh(s / cap)
+        if slopes is not None:
+            i = torch.arange(lo, lo + s.shape[1], device=s.device, dtype=ct)
+            j = torch.arange(n_kv, device=s.device, dtype=ct)
+            dist = j.unsqueeze(0) - (i + (n_kv - n_q)).unsqueeze(1)     # key_pos - query_pos
+            s = s + slopes.to(device=s.device, dtype=ct).view(-1, 1, 1) * dist
         s = s.masked_fill(~mask[lo:lo + rows], float("-inf"))
-        lse = torch.logsumexp(s, dim=-1)                   # [Hq, rows]; -inf when all masked
+        if sinks is not None:
+            sink = sinks.to(device=s.device, dtype=ct).view(-1, 1, 1).expand(-1, s.shape[1], 1)
+            lse = torch.logsumexp(torch.cat([s, sink], dim=-1), dim=-1)   # finite: the sink
+        else:
+            lse = torch.logsumexp(s, dim=-1)               # [Hq, rows]; -inf when all masked
         p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
         if rounded is not None:
             p = p.to(rounded).to(ct)
@@ -100,14 +136,25 @@ def _one_request(q, k, v, heads, scale, mask, ct, rounded: torch.dtype | None = 
     return torch.cat(outs), torch.cat(lses)
 
 
+def _features(problem: Problem) -> dict:
+    return {"k_scale": problem.k_scale, "v_scale": problem.v_scale,
+            "cap": problem.logits_soft_cap, "slopes": problem.alibi_slopes,
+            "sinks": problem.sinks}
+
+
 def _attention(problem: Problem, ct: torch.dtype,
                rounded: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     heads = kv_head_map(problem.num_qo_heads, problem.num_kv_heads)
     dev = problem.device
+    feats = _features(problem)
+    masks = problem.custom_mask or [None] * problem.batch_size
     outs, lses = [], []
-    for q, k, v, lq, lk in zip(problem.q, problem.k, problem.v, problem.qo_lens, problem.kv_lens):
+    for q, k, v, lq, lk, custom in zip(problem.q, problem.k, problem.v, problem.qo_lens,
+                                       problem.kv_lens, masks):
         mask = visible_mask(lq, lk, problem.causal, problem.window_left, dev)
-        o, lse = _one_request(q, k, v, heads, problem.sm_scale, mask, ct, rounded)
+        if custom is not None:
+            mask = mask & custom.to(dev)
+        o, lse = _one_request(q, k, v, heads, problem.sm_scale, mask, ct, rounded, feats)
         outs.append(o)
         lses.append(lse)
     hq, dv = problem.num_qo_heads, problem.head_dim_vo

@@ -157,13 +157,13 @@ class TableLock:
     """An exclusive flock on `<table>.lock` for a run's whole life; the file holds the pid.
 
     The lock goes with the process (the kernel drops an flock when its last descriptor
-    closes), so a run killed with -9 leaves nothing to clean up. The file itself stays:
-    unlinking it would let a second run lock a fresh file while the first still holds
-    the old one.
+    closes), so a run killed with -9 leaves nothing locked. The holder removes the file when
+    it is done; a lock is only held once the file it locked is still the one at the path
+    (else another run removed it meanwhile, and it locks the new one).
     """
 
-    def __init__(self, path: str | os.PathLike, fd: int):
-        self.path, self.fd = Path(path), fd
+    def __init__(self, path: str | os.PathLike, fd: int, owner: bool):
+        self.path, self.fd, self.owner = Path(path), fd, owner
 
     @classmethod
     def acquire(cls, path: str | os.PathLike, adopt_parent: bool = False) -> "TableLock":
@@ -173,27 +173,32 @@ class TableLock:
         import fcntl
         lock = lock_path(path)
         lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        for _ in range(20):
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                pid = _holder(fd)
+                if adopt_parent and pid and int(pid) == os.getppid():
+                    held = cls(path, fd, owner=False)
+                    import threading
+                    threading.Thread(target=held._take_over, name="harness-table-lock",
+                                     daemon=True).start()
+                    return held
                 os.close(fd)
-                raise
-            pid = _holder(fd)
-            if adopt_parent and pid and int(pid) == os.getppid():
-                held = cls(path, fd)
-                import threading
-                threading.Thread(target=held._take_over, name="harness-table-lock",
-                                 daemon=True).start()
+                raise TableBusy(f"{path} is being written by another run (pid "
+                                f"{pid or 'unknown'}); wait for it to end, or choose another "
+                                f"--results or --results-dir") from None
+            if _same_file(fd, lock):
+                held = cls(path, fd, owner=True)
+                held._stamp()
                 return held
-            os.close(fd)
-            raise TableBusy(f"{path} is being written by another run (pid {pid or 'unknown'}, "
-                            f"lock {lock}); wait for it to finish, or choose another "
-                            f"--results or --results-dir") from None
-        held = cls(path, fd)
-        held._stamp()
-        return held
+            os.close(fd)   # removed by its last holder after we opened it: lock the new one
+        raise TableBusy(f"{path}: its lock file {lock} keeps changing; another run is starting "
+                        f"and ending on it")
 
     def _stamp(self) -> None:
         os.ftruncate(self.fd, 0)
@@ -203,14 +208,31 @@ class TableLock:
         import fcntl
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)   # returns when the parent's lock is gone
-            self._stamp()
+            if _same_file(self.fd, lock_path(self.path)):
+                self.owner = True
+                self._stamp()
         except OSError:
             pass
 
     def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Remove the lock file (when this process holds it) and let go."""
+        if self.fd < 0:
+            return
+        if self.owner and _same_file(self.fd, lock_path(self.path)):
+            try:
+                os.unlink(lock_path(self.path))
+            except OSError:
+                pass
+        os.close(self.fd)
+        self.fd = -1
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def holder_of(path: str | os.PathLike) -> str | None:
@@ -309,8 +331,9 @@ def _is_num(v) -> bool:
 
 
 def _is_int(v) -> bool:
+    # NaN is how pandas writes a missing count.
     return v is None or (isinstance(v, int) and not isinstance(v, bool)) or (
-        isinstance(v, float) and v.is_integer())
+        isinstance(v, float) and (v.is_integer() or math.isnan(v)))
 
 
 def _is_str(v) -> bool:
@@ -357,6 +380,8 @@ def _is_sanitizer(v) -> bool:
     return v is None or isinstance(v, str) or (isinstance(v, dict) and _is_json_value(v))
 
 
+_FLOATS = ("max_abs_diff", "duration_s", "tolerance", "baseline_error", "rel_error",
+           "error_ratio")
 # column -> (check, what it must be)
 SCHEMA: dict[str, tuple] = {
     **{c: (_is_str, "a string or null") for c in (
@@ -398,7 +423,10 @@ def check_row(row: Any, where: str) -> dict:
         raise TableError(f"{where}: corrupt results line (not a row object with a case_id)")
     if "case_id" not in row:
         raise TableError(f"{where}: corrupt results line (not a row object with a case_id)")
-    for col, value in row.items():
+    for col, value in list(row.items()):
+        if isinstance(value, float) and math.isnan(value) and col not in _FLOATS:
+            # A table written through pandas has NaN for every missing cell.
+            row[col] = value = None
         rule = SCHEMA.get(col)
         if rule is None:
             raise TableError(f"{where}: field {_show(col)} is not a results column")
@@ -498,14 +526,17 @@ def load_table(paths: str | os.PathLike | Iterable[str | os.PathLike]):
     rows: list[dict[str, Any]] = []
     seen: dict[tuple, str] = {}
     for path in paths:
-        for row in read_rows(path):
+        here = read_rows(path)   # one file's own second rows are refused there
+        for row in here:
             key = (row.get("run_id"), row.get("arch"), row.get("target"), row["case_id"])
-            if key in seen and seen[key] != str(path):
+            if key in seen:
                 raise TableError(f"{path}: case {_show(row['case_id'])} of run "
                                  f"{_show(row.get('run_id'))} is also in {seen[key]}; "
                                  f"a run has one row per case")
-            seen.setdefault(key, str(path))
-            rows.append(row)
+        for row in here:
+            seen[(row.get("run_id"), row.get("arch"), row.get("target"), row["case_id"])] = \
+                str(path)
+        rows.extend(here)
     df = pd.DataFrame(rows)
     for col in COLUMNS:
         if col not in df.columns:

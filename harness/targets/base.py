@@ -41,6 +41,10 @@ class Target:
     # input it refuses, or a refusal that does not name the field, fails the
     # run. For any other library those are findings that fail only with --strict.
     owns_contract: bool = False
+    # Contracts ("refuse", "match_or_refuse") whose cases this library may answer by
+    # writing past its buffers: each such case then runs in a child forked from its worker
+    # (on the CPU), so a heap it corrupts cannot crash the innocent cases run after it.
+    fork_each: frozenset = frozenset()
 
     def cases(self, families=None, profile: str = "ci") -> list:
         """The families' cases on this target's routes (a target may add its own)."""

@@ -32,6 +32,7 @@ from harness.model.routes import BUNDLED_ROUTES, OPS as ALL_OPS
 from harness.targets import plan_run
 from harness.targets.base import Skip, Target
 from harness.targets.plan_run.call import Call
+from harness.targets.plan_run.mismatch import PLAN_METADATA
 
 
 def _kernels():
@@ -49,6 +50,23 @@ class BundledCall(Call):
     def decode_backend(self) -> tuple[str, bool]:
         return DECODE_BACKENDS[self.case.backend]
 
+    def route_features(self, op: str) -> tuple[frozenset, frozenset]:
+        return ROUTE_FEATURES.get(op, frozenset()), ROUTE_REFUSES.get(op, frozenset())
+
+
+# kernels/README.md "Features": what each op's calls carry. fp8 KV caches reach single
+# prefill/decode and ragged prefill as tensors the library refuses (its fp8_kv_route guard).
+_EVERY = frozenset({"softcap", "sinks", "alibi"})
+ROUTE_FEATURES = {
+    "single_prefill": _EVERY | {"custom_mask"},
+    "single_decode": _EVERY,
+    "paged_prefill": _EVERY | {"fp8_kv", "custom_mask"},
+    "ragged_prefill": _EVERY,
+    "batch_decode": _EVERY | {"fp8_kv", "multi_token_decode"},
+}
+ROUTE_REFUSES = {op: frozenset({"fp8_kv"})
+                 for op in ("single_prefill", "single_decode", "ragged_prefill")}
+
 
 DECODE_BACKENDS = {"fa2": ("fa2", False), "fa2_tc": ("fa2", True),
                    "aiter": ("aiter", False), "ll4mi": ("ll4mi", False)}
@@ -58,7 +76,7 @@ class BundledTarget(Target):
     name = "bundled"
     owns_contract = True
     routes = BUNDLED_ROUTES
-    capabilities = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES)
+    capabilities = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES, metadata=PLAN_METADATA)
 
     def validate_options(self, disable_guards: str | None = None) -> None:
         """--disable-guards names guards the library has (or `all`)."""

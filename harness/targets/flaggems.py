@@ -94,6 +94,11 @@ CAPABILITIES = Capabilities(
     layouts=frozenset({"NHD", "HND"}),
     call_forms=frozenset({"out", "lse"}),
     features=frozenset(),
+    # One call, no plan(): cu_seqlens, seqused_k and max_seqlen_* describe the batch, and
+    # the tensors handed with them may disagree (num_kv_heads and page_size: no argument
+    # states them, see _MISMATCH_NO_ANALOGUE).
+    metadata={f: "flash_attn_varlen_func" for f in (
+        "num_qo_heads", "head_dim_qk", "head_dim_vo", "rank", "q_rows", "kv_rows", "dtype")},
 )
 
 # Params with no analogue in flash_attn_varlen_func.

@@ -44,6 +44,7 @@ from harness.targets import plan_run
 from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import to_layout
 from harness.targets.plan_run.call import Call
+from harness.targets.plan_run.mismatch import PLAN_METADATA
 from harness.targets.plan_run.merge import check_splits, merged
 
 LN2 = math.log(2.0)
@@ -183,7 +184,8 @@ class FlashInferTarget(Target):
     # plan()/run() wrappers with CUDA-graph caller buffers, fp16/bf16 only; its planner
     # picks its own KV split and its paged run() merges no partial state.
     capabilities = Capabilities(ops=frozenset(OPS), dtypes=frozenset({"fp16", "bf16"}),
-                                features=frozenset({"plan_run", "graphs", "restage"}))
+                                features=frozenset({"plan_run", "graphs", "restage"}),
+                                metadata=PLAN_METADATA)
 
     def __init__(self, fi, device: torch.device, routes: tuple[str, ...]):
         self.fi = fi

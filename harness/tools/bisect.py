@@ -5,10 +5,16 @@ Drives `git bisect start/run/reset` in a repository. Each step runs
 crash is a bad commit, not a dead bisect), with KERNELS_CACHE_DIR shared
 across steps so the content-hash cache rebuilds the library only when its
 sources change. The step maps repro's exit codes onto git's: 0 good;
-1, a signal or a timeout bad; 4 (unknown case) and 5 (build failed) skip.
+1, a signal or a timeout bad; 4 (unknown case), 5 (build failed) and a harness that
+died before printing its row (a traceback at an old commit) skip: git bisect run's 125.
 
 Each step appends one line to a steps file, which the bisection prints as it
 goes: commit (short), subject, verdict and the case's outcome.
+
+Both ends are checked first, with the same step: a --good where the case fails, or a --bad
+where it passes, would send git after a commit that does not exist, so the bisection stops
+there with one line (EndsError, exit 1). A --good or --bad that cannot answer (the library
+does not build there) stops it too.
 
 The step script is written outside the repository: bisect checks out old
 commits, which may not have this module.
@@ -40,9 +46,9 @@ head = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=cfg["repo"],
 try:
     proc = subprocess.run(cfg["command"], cwd=cfg["repo"], env=env, timeout=cfg["timeout"],
                           capture_output=True, text=True)
-    rc, out = proc.returncode, proc.stdout
+    rc, out, err = proc.returncode, proc.stdout, proc.stderr
 except subprocess.TimeoutExpired:
-    rc, out = None, ""
+    rc, out, err = None, "", ""
 # repro prints its row as `key  value` lines: the outcome says what the verdict means.
 outcome = re.search(r"^outcome\s+(\S+)", out, re.M)
 outcome = outcome.group(1) if outcome else ""
@@ -51,6 +57,10 @@ if rc == 0:
     verdict, code = "good", 0
 elif rc in skip:
     verdict, code = "skip (" + skip[rc] + ")", 125
+elif rc == 1 and not outcome and "Traceback (most recent call last)" in err:
+    # The harness itself died before printing a row (an import error at an old commit):
+    # this commit cannot answer, which is not the case failing.
+    verdict, code = "skip (the harness did not run: " + (err.strip().splitlines() or ["?"])[-1][:120] + ")", 125
 elif rc is None or rc == 1 or rc < 0:
     verdict, code = "bad", 1
     outcome = "timeout" if rc is None else "signal %d" % -rc if rc < 0 else outcome
@@ -134,6 +144,48 @@ def _run_steps(cmd: list[str], steps: Path, out) -> tuple[str, list[str]]:
         return log.read(), shown
 
 
+class EndsError(RuntimeError):
+    """--good does not pass, or --bad does not fail: there is nothing to bisect."""
+
+
+def _check_ends(repo: Path, step: Path, config: Path, tmp: str, good_sha: str, bad_sha: str,
+                out) -> list[str]:
+    """Run the step at --good and at --bad (in this checkout, put back after); EndsError
+    unless the first is good and the second bad. Returns their step lines."""
+    back = _git(repo, "symbolic-ref", "-q", "--short", "HEAD", check=False).stdout.strip() \
+        or _git(repo, "rev-parse", "HEAD").stdout.strip()
+    cfg = json.loads(config.read_text())
+    lines, codes = [], {}
+    try:
+        for name, sha in (("good", good_sha), ("bad", bad_sha)):
+            ends = Path(tmp) / f"ends-{name}"
+            config.write_text(json.dumps({**cfg, "steps": str(ends)}))
+            _git(repo, "checkout", "-q", "--detach", sha)
+            proc = subprocess.run([sys.executable, str(step), str(config)], capture_output=True,
+                                  text=True)
+            line = ends.read_text().strip() if ends.exists() else f"{sha[:7]} -> exit {proc.returncode}"
+            codes[name] = proc.returncode
+            lines.append(line)
+            if out is not None:
+                print(f"bisect: --{name} " + line, file=out, flush=True)
+    finally:
+        config.write_text(json.dumps(cfg))
+        _git(repo, "checkout", "-q", back, check=False)
+    for name, want in (("good", GOOD), ("bad", BAD)):
+        code, line = codes[name], lines[0 if name == "good" else 1]
+        if code == want:
+            continue
+        said = line.split(" -> ", 1)[-1]
+        if code == SKIP:
+            said = said.removeprefix("skip (").removesuffix(")")
+            raise EndsError(f"--{name} {line.split(' -> ')[0]} cannot be tested ({said}); "
+                            f"pick a --{name} where the case runs")
+        raise EndsError(f"--{name} {line.split(' -> ')[0]} is {said}, not {name}: the case "
+                        + ("already fails there; pick an older --good" if name == "good"
+                           else "passes there; pick a --bad where it fails"))
+    return lines
+
+
 def bisect(repo, good: str, bad: str, case_id: str, *, python: str = sys.executable,
            disable_guards: str | None = None, target: str | None = None,
            timeout: float = 600.0, cache_dir: str | None = None, out=None) -> dict:
@@ -165,6 +217,7 @@ def bisect(repo, good: str, bad: str, case_id: str, *, python: str = sys.executa
             "skip_codes": {str(k): v for k, v in SKIP_CODES.items()},
             "command": repro_command(python, case_id, disable_guards, target),
         }))
+        ends = _check_ends(repo, step, config, tmp, good_sha, bad_sha, out)
         try:
             _git(repo, "bisect", "start", bad_sha, good_sha)
             output, steps = _run_steps(["git", "-C", str(repo), "bisect", "run", sys.executable,
@@ -175,7 +228,7 @@ def bisect(repo, good: str, bad: str, case_id: str, *, python: str = sys.executa
     subject = ""
     if commit:
         commit, subject = _git(repo, "log", "-1", "--format=%H%x00%s", commit).stdout.strip().split("\0", 1)
-    return {"commit": commit, "subject": subject, "output": output, "steps": steps,
+    return {"commit": commit, "subject": subject, "output": output, "steps": steps, "ends": ends,
             "candidates": [] if commit else candidates(output),
             "good": good_sha, "bad": bad_sha}
 
@@ -185,6 +238,9 @@ def main(args: argparse.Namespace) -> int:
         result = bisect(args.repo, args.good, args.bad, args.case_id, python=args.python,
                         disable_guards=args.disable_guards, target=args.target,
                         timeout=args.timeout, cache_dir=args.cache_dir, out=sys.stderr)
+    except EndsError as e:
+        print(f"bisect: {e}", file=sys.stderr)
+        return 1
     except RuntimeError as e:
         print(f"bisect: {e}", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ def pytest_command(args, results: Path | None = None) -> list[str]:
     if args.reruns:
         cmd += ["--reruns", str(args.reruns)]
     for opt in ("family", "route", "case_id", "cases_file", "disable_guards", "case_timeout",
-                "run_id", "repeat", "profile"):
+                "run_id", "repeat", "profile", "max_case_bytes"):
         value = getattr(args, opt, None)
         if value is not None:
             cmd += ["--" + opt.replace("_", "-"), str(value)]
@@ -249,8 +249,9 @@ def stop_lines(log_name: str) -> list[str]:
         return []
     found = []
     for line in text.splitlines():
-        if line.startswith(STOP_PREFIX) and line[len(STOP_PREFIX):] not in found:
-            found.append(line[len(STOP_PREFIX):])
+        at = line.find(STOP_PREFIX)   # pytest's progress dots may precede it on its line
+        if at >= 0 and line[at + len(STOP_PREFIX):] not in found:
+            found.append(line[at + len(STOP_PREFIX):])
     return found
 
 
@@ -353,6 +354,15 @@ def results_of(args, arch: str | None = None) -> Path:
 
 
 def cmd_check(args) -> int:
+    held: list = []
+    try:
+        return _cmd_check(args, held)
+    finally:
+        for lock in held:   # the table's lock, for this process's next run (and the next run's)
+            lock.release()
+
+
+def _cmd_check(args, held: list) -> int:
     from harness.results import table
 
     sanitizer_path, why = sanitizer_preflight(args)
@@ -382,10 +392,16 @@ def cmd_check(args) -> int:
             # table stops here, with the pid of the one that holds it. The child adopts it.
             try:
                 lock = table.TableLock.acquire(results)
+                held.append(lock)
             except table.TableBusy as busy:
                 why = str(busy)
             except OSError as e:
                 why = f"cannot lock the results table {results} ({e.strerror or e})"
+        if lock is not None and args.resume and results.exists():
+            try:   # a table that cannot be read is not resumed: one line, before the run
+                table.read_rows(results, torn_note=lambda _: None)
+            except (OSError, ValueError) as e:
+                why = f"{e}; fix or move the table, or run without --resume"
     except BaseException:
         child.call_off()
         raise

@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(valid, strided, misplanned, gqa) [all]")
     parser.add_argument("--budget", default="2m", help="wall-clock search budget: 90s, 10m, 1h [2m]")
     parser.add_argument("--seed", default="0", help="search seed [0]")
+    parser.add_argument("--examples", default=None,
+                        help="stop after this many cases run, whatever the budget left "
+                             "[the budget alone]")
     parser.add_argument("--disable-guards", default=None, metavar="NAMES",
                         help="all|name,name: the bundled library without these guards")
     parser.add_argument("--out", default=str(Path("results") / "explore"),
@@ -99,6 +102,9 @@ class Options:
     out: Path
     case_timeout: float | None
     saved: bool
+    # Cases drawn before the search stops, whatever the clock says: a search bounded by
+    # a count gives the same result on a loaded machine as on a quiet one.
+    max_examples: int | None = None
 
 
 def read_options(args) -> Options:
@@ -141,8 +147,16 @@ def read_options(args) -> Options:
     if not families:
         raise ValueError(f"--family: none of {csv_list(args.family) or list(FAMILIES)} "
                          f"covers the routes {routes}")
+    examples = None
+    if args.examples is not None:
+        try:
+            examples = int(args.examples)
+        except ValueError:
+            examples = 0
+        if examples < 1:
+            raise ValueError(f"--examples: must be a whole number above 0, got {args.examples!r}")
     return Options(args.target, routes, families, budget, seed, args.disable_guards,
-                   Path(args.out), timeout, not args.no_saved)
+                   Path(args.out), timeout, not args.no_saved, examples)
 
 
 # ---- running one case in a forked child -----------------------------------------------------
@@ -252,6 +266,10 @@ class Explorer:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def spent(self) -> bool:
+        """The example count, when one bounds the search, is used up."""
+        return self.opts.max_examples is not None and self.stats.ran >= self.opts.max_examples
+
     def result(self, case: Case, stop_at: float) -> dict | None:
         """The case's row (run once, then remembered), or None when it cannot run before
         stop_at."""
@@ -259,7 +277,7 @@ class Explorer:
         if key in self.cache:
             return self.cache[key]
         now = time.monotonic()
-        if now >= stop_at:
+        if now >= stop_at or self.spent():
             return None
         from harness.engine.isolation import case_timeout
         timeout = case_timeout(dict(case.params), self.opts.case_timeout)
@@ -277,7 +295,7 @@ class Explorer:
         try:
             if self.opts.saved:
                 self.replay_saved()
-            while self.left() > 0:
+            while self.left() > 0 and not self.spent():
                 self.search_round()
             for key, (case, row) in list(self.pending.items()):
                 if key not in self.found:

@@ -98,8 +98,6 @@ def repro_standalone(args, given) -> int:
     if given is None:
         from harness.engine.session import all_cases
         from harness.targets import load_target
-        if args.disable_guards:
-            os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
         by_id = {c.id: c for c in all_cases(load_target(args.target))}
         if args.case_id not in by_id:
             return _unknown(args.case_id, closest_ids(args.case_id, list(by_id)))

@@ -4,9 +4,15 @@ Greedy delta debugging over the params a failure rarely needs: requests in
 the batch, qo/kv lengths, heads (keeping the GQA ratio) and head_dim (only
 legal values). A trial is kept when it fails with the same outcome; every
 trial runs in its own process, so a crashing or hanging trial is an outcome,
-not the end of the shrink. The result is a new case with a distinct id
-(variant suffix ".shrunk-<hash>"), written as a JSON case file that
-`repro` runs.
+not the end of the shrink, and no params are tried twice (memoized by their JSON).
+
+The result is a regression test: a new case whose derived fields (expect, the refusal
+words and the values they name, variant, tag) are rebuilt from the shrunk params by the
+family's own `rebuild(case, params)` (cases/gqa.py, strided.py, misplanned.py), with a
+distinct id (variant suffix ".shrunk-<hash>"), written as a JSON case file that `repro`
+and `check --cases-file` run. A GQA case shrunk to 3 q heads over 2 must then be refused
+naming 3 and 2, not the 12 and 8 it started from, so the saved case fails on the library
+before its fix and passes after it.
 """
 from __future__ import annotations
 
@@ -96,17 +102,54 @@ def size(params: dict) -> tuple:
 
 # ---- the shrink loop -------------------------------------------------------------------------
 
+def _family_rebuild(family: str):
+    """The family's `rebuild(case, params) -> Case`, or None where it has none."""
+    try:
+        import cases as families
+        return getattr(families.load_family(family), "rebuild", None)
+    except (ImportError, ValueError):    # a family of a case file this checkout lacks
+        return None
+
+
 def shrunk_case(case: Case, params: dict) -> Case:
-    """A case with the new params, a distinct id and the original seed."""
+    """The case the family would write for the new params (its refusal words and their
+    values, expect, variant and tag rebuilt by the family's own rebuild()), with a distinct
+    id (variant suffix ".shrunk-<hash>": never one of the generated ids) and the
+    original seed. A family without rebuild() keeps the case's words and expect and
+    renames the tag's dtype-head summary."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
-    base_variant = case.variant.split(".shrunk-")[0]
+    original = case
+    if ".shrunk-" in case.variant:
+        original = Case(**{**case.to_json(), "variant": case.variant.split(".shrunk-")[0],
+                           "refuse_words": case.refuse_words, "requires": case.requires})
+    rebuild = _family_rebuild(case.family)
+    if rebuild is not None:
+        made = rebuild(original, dict(params))
+        return Case(route=made.route, family=made.family,
+                    variant=f"{made.variant}.shrunk-{digest}", params=made.params,
+                    expect=made.expect, refuse_words=made.refuse_words, seed=case.seed,
+                    tag=made.tag, requires=made.requires)
     tag = case.tag
     old, new = dtype_tag(case.params), dtype_tag(params)
     if old and old in tag:
         tag = tag.replace(old, new)
-    return Case(route=case.route, family=case.family, variant=f"{base_variant}.shrunk-{digest}",
+    return Case(route=case.route, family=case.family, variant=f"{original.variant}.shrunk-{digest}",
                 params=params, expect=case.expect, refuse_words=case.refuse_words,
-                seed=case.seed, tag=tag)
+                seed=case.seed, tag=tag, requires=case.requires)
+
+
+def memoized(step: Step) -> Step:
+    """`step` run once per distinct params: a candidate met again (shrinking revisits the
+    same params from different sides) answers from the first trial."""
+    seen: dict[str, "tuple[str, bool] | None"] = {}
+
+    def once(case: Case):
+        key = json.dumps(dict(case.params), sort_keys=True)
+        if key not in seen:
+            seen[key] = step(case)
+        return seen[key]
+    once.seen = seen
+    return once
 
 
 def shrink(case: Case, step: Step, outcome: str | None = None, max_trials: int = 200,
@@ -115,6 +158,7 @@ def shrink(case: Case, step: Step, outcome: str | None = None, max_trials: int =
 
     `outcome` is the failure to keep; when None the first step learns it.
     """
+    step = memoized(step)
     trials = 0
     if outcome is None:
         first = step(case)
@@ -131,8 +175,14 @@ def shrink(case: Case, step: Step, outcome: str | None = None, max_trials: int =
                 continue
             if trials >= max_trials:
                 break
+            if json.dumps(params, sort_keys=True) in step.seen:
+                continue     # tried before, and not kept then: the answer is the same
             trials += 1
-            result = step(shrunk_case(case, params))
+            try:
+                trial = shrunk_case(case, params)
+            except ValueError:   # params the case model refuses: not a valid case
+                trial = None
+            result = step(trial) if trial is not None else None
             same = result is not None and result[0] == outcome and not result[1]
             log(f"trial {trials}: {_diff(best, params)} -> "
                 f"{'invalid' if result is None else result[0]}{' (kept)' if same else ''}")

@@ -198,8 +198,6 @@ def write_standalone(case, target_spec, row: dict, path, disable_guards: str | N
         spec = target_spec if isinstance(target_spec, str) else getattr(target_spec, "name", None)
         command = typed(repro_args(case.id, spec, disable_guards)
                         + ["--standalone", "-o", str(path)])
-    if disable_guards:
-        os.environ["KERNELS_DISABLE_GUARDS"] = disable_guards
     target = load_target(target_spec) if isinstance(target_spec, str) else target_spec
     text = script_text(case, target, row, command, disable_guards)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,7 +221,7 @@ def write_class_repros(table_rows, out_dir, target_spec: str = "bundled",
     out_dir = Path(out_dir)
     done = []
     for n, cls in enumerate(failure_classes(df), 1):
-        case_id = _first_case(cls)
+        case_id = cls.example
         case, row = by_id.get(case_id), row_of.get(case_id)
         if case is None or row is None:
             done.append((str(case_id), "not in this checkout's cases"))
@@ -236,14 +234,6 @@ def write_class_repros(table_rows, out_dir, target_spec: str = "bundled",
         except Unavailable as why:
             done.append((case_id, str(why)))
     return done
-
-
-def _first_case(cls) -> str | None:
-    for name in ("case_ids", "cases", "examples"):
-        value = getattr(cls, name, None)
-        if value:
-            return value[0] if isinstance(value, (list, tuple)) else value
-    return getattr(cls, "case_id", None) or getattr(cls, "example", None)
 
 
 _SCRIPT_TAIL = r'''

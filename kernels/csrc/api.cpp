@@ -6,7 +6,6 @@
 #include "attention.h"
 #include "errors.h"
 #include "merge.h"
-#include "testonly.h"
 
 static thread_local std::string g_error;
 
@@ -26,11 +25,11 @@ static int launched(const char* what) {
 }
 
 static bool dtype_ok(int dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_BF16; }
+static bool kv_dtype_ok(int dt) { return dtype_ok(dt) || dt == DT_E4M3 || dt == DT_E5M2; }
 
-static int check_params(const AttnParams* p, const char* what, int* fault) {
-  if (int e = kernels_testonly_kernel_fault(fault)) return e;
+static int check_params(const AttnParams* p, const char* what) {
   if (!p) return kernels_fail("%s: null params", what);
-  if (!dtype_ok(p->q_dtype) || !dtype_ok(p->kv_dtype) || !dtype_ok(p->o_dtype))
+  if (!dtype_ok(p->q_dtype) || !kv_dtype_ok(p->kv_dtype) || !dtype_ok(p->o_dtype))
     return kernels_fail("%s: unknown dtype code (q %d, kv %d, o %d)", what, p->q_dtype, p->kv_dtype, p->o_dtype);
   return 0;
 }
@@ -41,12 +40,14 @@ static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1
   switch (dt) {                                                         \
     case DT_F32: { constexpr int KDT = DT_F32; __VA_ARGS__; } break;   \
     case DT_F16: { constexpr int KDT = DT_F16; __VA_ARGS__; } break;   \
+    case DT_E4M3: { constexpr int KDT = DT_E4M3; __VA_ARGS__; } break; \
+    case DT_E5M2: { constexpr int KDT = DT_E5M2; __VA_ARGS__; } break; \
     default: { constexpr int KDT = DT_BF16; __VA_ARGS__; } break;      \
   }
 
-static void launch_merge(const AttnParams& a, int fault, void* stream) {
+static void launch_merge(const AttnParams& a, void* stream) {
   if (a.split && a.num_rows > 0 && a.num_qo_heads > 0)
-    LAUNCH(merge_partials_kernel, dim3(cdiv(a.num_rows, 64), a.num_qo_heads), dim3(64), stream, a, fault);
+    LAUNCH(merge_partials_kernel, dim3(cdiv(a.num_rows, 64), a.num_qo_heads), dim3(64), stream, a);
 }
 
 extern "C" {
@@ -60,58 +61,51 @@ int kernels_params_size(void) { return (int)sizeof(AttnParams); }
 // One tile of 64 rows per block: a long request's rows spread over the device instead of
 // queueing behind 64 threads (4096 rows x 64k kv took 26 s on an H200 with one tile).
 int kernels_prefill(const AttnParams* p, void* stream) {
-  int fault;
-  if (int e = check_params(p, "prefill", &fault)) return e;
+  if (int e = check_params(p, "prefill")) return e;
   const AttnParams a = *p;
   const int tiles = a.max_qo_len > 64 ? (int)(cdiv(a.max_qo_len, 64) < 4096 ? cdiv(a.max_qo_len, 64) : 4096) : 1;
   if (a.num_work > 0 && a.num_qo_heads > 0)
-    DISPATCH_KV(a.kv_dtype, LAUNCH(prefill_kernel<KDT>, dim3(a.num_work, a.num_qo_heads, tiles), dim3(64), stream, a, fault));
-  launch_merge(a, fault, stream);
+    DISPATCH_KV(a.kv_dtype, LAUNCH(prefill_kernel<KDT>, dim3(a.num_work, a.num_qo_heads, tiles), dim3(64), stream, a));
+  launch_merge(a, stream);
   return launched("prefill");
 }
 
-// fa2 decode (single, batch, the aiter route): one query row per request, threads over heads.
+// fa2 decode (single, batch, the aiter route): a request's few query rows, threads over heads.
 int kernels_decode(const AttnParams* p, void* stream) {
-  int fault;
-  if (int e = check_params(p, "decode", &fault)) return e;
+  if (int e = check_params(p, "decode")) return e;
   const AttnParams a = *p;
   if (a.num_work > 0 && a.num_qo_heads > 0)
-    DISPATCH_KV(a.kv_dtype, LAUNCH(decode_kernel<KDT>, dim3(a.num_work, cdiv(a.num_qo_heads, 32)), dim3(32), stream, a, fault));
-  launch_merge(a, fault, stream);
+    DISPATCH_KV(a.kv_dtype, LAUNCH(decode_kernel<KDT>, dim3(a.num_work, cdiv(a.num_qo_heads, 32)), dim3(32), stream, a));
+  launch_merge(a, stream);
   return launched("decode");
 }
 
 // ll4mi-style paged decode: unsplit, no LSE, no window.
 int kernels_ll4mi_decode(const AttnParams* p, void* stream) {
-  int fault;
-  if (int e = check_params(p, "ll4mi_decode", &fault)) return e;
+  if (int e = check_params(p, "ll4mi_decode")) return e;
   const AttnParams a = *p;
   if (a.num_work > 0 && a.num_qo_heads > 0)
     DISPATCH_KV(a.kv_dtype, LAUNCH(ll4mi_decode_kernel<KDT>, dim3(a.num_work, a.num_qo_heads),
-                                   dim3(LL4MI_NWARPS * KERNELS_WARP_SIZE), stream, a, fault));
+                                   dim3(LL4MI_NWARPS * KERNELS_WARP_SIZE), stream, a));
   return launched("ll4mi_decode");
 }
 
 int kernels_merge_state(const void* va, const float* sa, const void* vb, const float* sb, void* vo,
                         float* so, int64_t rows, int heads, int dim, int dtype, void* stream) {
-  int fault;
-  if (int e = kernels_testonly_kernel_fault(&fault)) return e;
   if (!dtype_ok(dtype)) return kernels_fail("merge_state: unknown dtype code %d", dtype);
   const int64_t n = rows * heads;
   if (n > 0)
-    LAUNCH(merge_state_kernel, dim3(cdiv(n, 128)), dim3(128), stream, va, sa, vb, sb, vo, so, rows, heads, dim, dtype, fault);
+    LAUNCH(merge_state_kernel, dim3(cdiv(n, 128)), dim3(128), stream, va, sa, vb, sb, vo, so, rows, heads, dim, dtype);
   return launched("merge_state");
 }
 
 int kernels_merge_state_in_place(void* v, float* s, const void* vo, const float* so, int64_t num_rows,
                                  const int32_t* live_rows, int heads, int dim, int dtype, void* stream) {
-  int fault;
-  if (int e = kernels_testonly_kernel_fault(&fault)) return e;
   if (!dtype_ok(dtype)) return kernels_fail("merge_state_in_place: unknown dtype code %d", dtype);
   const int64_t n = num_rows * heads;
   if (n > 0)
     LAUNCH(merge_state_in_place_kernel, dim3(cdiv(n, 128)), dim3(128), stream, v, s, vo, so, num_rows, live_rows, heads,
-           dim, dtype, fault);
+           dim, dtype);
   return launched("merge_state_in_place");
 }
 

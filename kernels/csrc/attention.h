@@ -4,7 +4,7 @@
 #include <math.h>
 #include "dtype.h"
 #include "params.h"
-#include "testonly.h"
+#include "hooks.h"
 
 #define NEG_INF (-INFINITY)
 
@@ -53,28 +53,55 @@ __device__ __forceinline__ bool load_work(const AttnParams& p, int w, WorkItem& 
   return true;
 }
 
-// Row i of the request (causal alignment is bottom-right) over kv [lo, hi). acc holds the
-// unnormalised output; m and l the running max and sum. fault: testonly.h (TF_NONE normally).
+// A key's logit for a query at position qpos (bottom-right aligned): s = q.k * sm_scale (the
+// dot comes scaled), then the soft cap, then ALiBi. Masking comes after both.
+__device__ __forceinline__ float logit(const AttnParams& p, float s, int h, int kvh, int j, int qpos) {
+  if (p.logits_soft_cap > 0.f) s = p.logits_soft_cap * tanhf(s / p.logits_soft_cap);
+  if (p.alibi_slopes) s += p.alibi_slopes[HOOK_ALIBI_HEAD(h, kvh)] * (float)(j - qpos);
+  return s;
+}
+
+// The sink joins the softmax denominator of (m, l, acc) and nothing else: a row that attended
+// to nothing gets o = 0 and lse = the sink.
+__device__ __forceinline__ void add_sink(float sk, int dvo, float* acc, float& m, float& l) {
+  const float m2 = sk > m ? sk : m;
+  const float r = expf(m - m2), e = expf(sk - m2);
+  l = l * r + e;
+  for (int d = 0; d < dvo; ++d) acc[d] *= r;
+  HOOK_SINK_VALUE(acc, dvo, e);
+  m = m2;
+}
+
+// Row i of the request over kv [lo, hi); diag is the row's key position (causal alignment is
+// bottom-right: i + kv_len - qo_len). acc holds the unnormalised output; m and l the running
+// max and sum. The sink is counted by the item that starts the request's kv (lo 0), so a
+// split row's partials carry it once.
 template <int KDT>
-__device__ void attend_row(const AttnParams& p, const WorkItem& it, int i, int h, int kvh,
-                           bool honour_window, int fault, float* acc, float& m_out, float& l_out) {
+__device__ void attend_row(const AttnParams& p, const WorkItem& it, int i, int diag, int h, int kvh,
+                           bool honour_window, float* acc, float& m_out, float& l_out) {
   float qv[KERNELS_MAX_HEAD_DIM];
   const int dqk = p.head_dim_qk, dvo = p.head_dim_vo;
   const int64_t qoff = (int64_t)(it.qo_start + i) * p.q_stride_n + (int64_t)h * p.q_stride_h;
-  for (int d = 0; d < dqk; ++d) qv[d] = ld_dt(p.q, qoff + d, p.q_dtype) * p.sm_scale;
+  // k's dequantization scale folds into q: one multiply per dim instead of per key.
+  const float qscale = p.sm_scale * HOOK_KV_SCALE(p.k_scale);
+  for (int d = 0; d < dqk; ++d) qv[d] = ld_dt(p.q, qoff + d, p.q_dtype) * qscale;
   for (int d = 0; d < dvo; ++d) acc[d] = 0.f;
-  const bool track_max = fault != TF_SOFTMAX_NO_MAX;
-  float m = track_max ? NEG_INF : 0.f, l = 0.f;
-  const int diag = i + it.kv_len - it.qo_len;
+  float m = HOOK_MAX_START(NEG_INF), l = 0.f;
   int jlo = it.lo, jhi = it.hi;
   if (p.causal && diag + 1 < jhi) jhi = diag + 1;
   if (honour_window && p.window_left >= 0 && diag - p.window_left > jlo) jlo = diag - p.window_left;
+  const uint8_t* mask = p.custom_mask;
+  if (mask && p.mask_indptr) mask += p.mask_indptr[it.req];
+  HOOK_MASK_BOUNDS(jlo, jhi);
   for (int j = jlo; j < jhi; ++j) {
+    const bool keep = !mask || mask[HOOK_MASK_INDEX((int64_t)i * it.kv_len + j, i, j)] != 0;
+    if (HOOK_SKIP_MASKED(!keep)) continue;
     const int64_t ko = kv_token_offset(p, it.req, j, p.k_stride_page, p.k_stride_n) + (int64_t)kvh * p.k_stride_h;
     const int64_t vo = kv_token_offset(p, it.req, j, p.v_stride_page, p.v_stride_n) + (int64_t)kvh * p.v_stride_h;
     float s = 0.f;
     for (int d = 0; d < dqk; ++d) s += qv[d] * ld<KDT>(p.k, ko + d);
-    if (track_max && s > m) {
+    s = HOOK_MASKED_LOGIT(logit(p, s, h, kvh, j, diag), keep, j);
+    if (HOOK_RAISE_MAX(s > m)) {
       const float r = expf(m - s);
       l *= r;
       for (int d = 0; d < dvo; ++d) acc[d] *= r;
@@ -84,17 +111,21 @@ __device__ void attend_row(const AttnParams& p, const WorkItem& it, int i, int h
     l += e;
     for (int d = 0; d < dvo; ++d) acc[d] += e * ld<KDT>(p.v, vo + d);
   }
+  const float vscale = HOOK_KV_SCALE(p.v_scale);
+  if (vscale != 1.f)
+    for (int d = 0; d < dvo; ++d) acc[d] *= vscale;
+  if (p.sinks && it.lo == 0) add_sink(p.sinks[h], dvo, acc, m, l);
   m_out = m;
   l_out = l;
 }
 
 // Final rows go to o/lse in the caller's dtype; split items to fp32 partial slots.
-__device__ inline void write_row(const AttnParams& p, const WorkItem& it, int i, int h, int fault,
+__device__ inline void write_row(const AttnParams& p, const WorkItem& it, int i, int h,
                                  const float* acc, float m, float l) {
   const int dvo = p.head_dim_vo;
-  // Nothing attended (a NaN must stay visible). The fault drops the test on rows written
-  // straight to o; a split row's empty partials meet the merge's own test.
-  const bool empty = !(l > 0.f) && !(l != l) && !(fault == TF_MASKED_ROW_NAN && it.slot < 0);
+  // Nothing attended (a NaN must stay visible). A split row's empty partials meet the merge's
+  // own test.
+  const bool empty = HOOK_EMPTY_ROW(!(l > 0.f) && !(l != l), it.slot < 0);
   const float inv = empty ? 0.f : 1.f / l;
   const float lse = empty ? NEG_INF : m + logf(l);
   if (it.slot >= 0) {
@@ -113,10 +144,10 @@ __device__ inline void write_row(const AttnParams& p, const WorkItem& it, int i,
 // grid (work items, Hq, row tiles); the threads of the item's row-tile blocks stride over the
 // request's query rows together, so every row is covered whatever the number of tiles.
 template <int KDT>
-__global__ void prefill_kernel(AttnParams p, int fault) {
+__global__ void prefill_kernel(AttnParams p) {
   WorkItem it;
   if (!load_work(p, (int)blockIdx.x, it)) return;
-  if (fault == TF_EMPTY_SKIPPED && it.kv_len == 0) return;
+  HOOK_ITEM_START(it);
   const int h = (int)blockIdx.y;
   // The GQA mapping: a group that does not divide, or is zero, is not checked here.
   const int group = p.num_qo_heads / p.num_kv_heads;
@@ -125,32 +156,32 @@ __global__ void prefill_kernel(AttnParams p, int fault) {
   const int first = (int)(blockIdx.z * blockDim.x + threadIdx.x), step = (int)(gridDim.z * blockDim.x);
   for (int i = first; i < it.qo_len; i += step) {
     float m, l;
-    attend_row<KDT>(p, it, i, h, kvh, true, fault, acc, m, l);
-    write_row(p, it, i, h, fault, acc, m, l);
+    attend_row<KDT>(p, it, i, i + it.kv_len - it.qo_len, h, kvh, true, acc, m, l);
+    write_row(p, it, i, h, acc, m, l);
   }
 }
 
-// grid (work items, ceil(Hq / block)), one thread per qo head of a one-row request.
+// grid (work items, ceil(Hq / block)), one thread per qo head; a request's few query rows (one,
+// or q_len_per_req of a multi-token decode, causal within the request) in turn.
 template <int KDT>
-__global__ void decode_kernel(AttnParams p, int fault) {
+__global__ void decode_kernel(AttnParams p) {
   WorkItem it;
   if (!load_work(p, (int)blockIdx.x, it)) return;
-  if (fault == TF_EMPTY_SKIPPED && it.kv_len == 0) return;
+  HOOK_ITEM_START(it);
   const int h = (int)(blockIdx.y * blockDim.x + threadIdx.x);
   const int group = p.num_qo_heads / p.num_kv_heads;
   const int kvh = h / group;
-  if (h >= p.num_qo_heads || it.qo_len < 1) return;
+  if (h >= p.num_qo_heads) return;
   float acc[KERNELS_MAX_HEAD_DIM];
-  float m, l;
-  // One query row: it sits at the bottom of its kv range.
-  WorkItem one = it;
-  one.qo_len = 1;
-  attend_row<KDT>(p, one, 0, h, kvh, true, fault, acc, m, l);
-  write_row(p, one, 0, h, fault, acc, m, l);
+  for (int i = 0; i < it.qo_len; ++i) {
+    float m, l;
+    attend_row<KDT>(p, it, i, HOOK_DECODE_DIAG(i + it.kv_len - it.qo_len, it.kv_len - 1), h, kvh, true, acc, m, l);
+    write_row(p, it, i, h, acc, m, l);
+  }
 }
 
 // Combines a row's partial slots (VariableLengthMergeStates). grid (ceil(rows/block), Hq).
-__global__ void merge_partials_kernel(AttnParams p, int fault) {
+__global__ void merge_partials_kernel(AttnParams p) {
   const int row = (int)(blockIdx.x * blockDim.x + threadIdx.x);
   const int h = (int)blockIdx.y;
   if (row >= p.num_rows || (p.live && row >= p.live[1])) return;
@@ -167,7 +198,7 @@ __global__ void merge_partials_kernel(AttnParams p, int fault) {
     if (p.lse) p.lse[(int64_t)row * p.num_qo_heads + h] = NEG_INF;
     return;
   }
-  if (fault == TF_MERGE_NO_MAX) m = 0.f;
+  HOOK_MERGE_MAX(m);
   float wsum = 0.f;
   for (int s = s0; s < s1; ++s) wsum += expf(p.partial_lse[(int64_t)s * p.num_qo_heads + h] - m);
   for (int d = 0; d < dvo; ++d) {
@@ -188,10 +219,10 @@ __global__ void merge_partials_kernel(AttnParams p, int fault) {
 // no LSE: this kernel has neither.
 #define LL4MI_NWARPS 4
 template <int KDT>
-__global__ void ll4mi_decode_kernel(AttnParams p, int fault) {
+__global__ void ll4mi_decode_kernel(AttnParams p) {
   WorkItem it;
   if (!load_work(p, (int)blockIdx.x, it)) return;
-  if (fault == TF_EMPTY_SKIPPED && it.kv_len == 0) return;
+  HOOK_ITEM_START(it);
   const int h = (int)blockIdx.y;
   const int warp = (int)threadIdx.x / KERNELS_WARP_SIZE;
   const int lane = (int)threadIdx.x % KERNELS_WARP_SIZE;
@@ -201,26 +232,30 @@ __global__ void ll4mi_decode_kernel(AttnParams p, int fault) {
   const int HEAD_SIZE = p.head_dim_vo;
   const int VHELOOP = HEAD_SIZE / 16 / LL4MI_NWARPS;
   const int64_t qoff = (int64_t)it.qo_start * p.q_stride_n + (int64_t)h * p.q_stride_h;
-  float m = fault == TF_SOFTMAX_NO_MAX ? 0.f : NEG_INF;
-  for (int j = 0; j < it.kv_len && fault != TF_SOFTMAX_NO_MAX; ++j) {
+  const int qpos = it.kv_len - 1;
+  const float qscale = p.sm_scale * HOOK_KV_SCALE(p.k_scale), vscale = HOOK_KV_SCALE(p.v_scale);
+  float m = HOOK_MAX_START(NEG_INF);
+  for (int j = 0; j < it.kv_len; ++j) {
     const int64_t ko = kv_token_offset(p, it.req, j, p.k_stride_page, p.k_stride_n) + (int64_t)kvh * p.k_stride_h;
     float s = 0.f;
     for (int d = 0; d < p.head_dim_qk; ++d) s += ld_dt(p.q, qoff + d, p.q_dtype) * ld<KDT>(p.k, ko + d);
-    s *= p.sm_scale;
-    m = s > m ? s : m;
+    s = logit(p, s * qscale, h, kvh, j, qpos);
+    if (HOOK_RAISE_MAX(s > m)) m = s;
   }
   for (int vhe = 0; vhe < VHELOOP; ++vhe) {
     const int dim = (vhe * LL4MI_NWARPS + warp) * 16 + lane;
-    float l = 0.f, a = 0.f;
+    float l = 0.f, a = 0.f, mm = m;
     for (int j = 0; j < it.kv_len; ++j) {
       const int64_t ko = kv_token_offset(p, it.req, j, p.k_stride_page, p.k_stride_n) + (int64_t)kvh * p.k_stride_h;
       const int64_t vo = kv_token_offset(p, it.req, j, p.v_stride_page, p.v_stride_n) + (int64_t)kvh * p.v_stride_h;
       float s = 0.f;
       for (int d = 0; d < p.head_dim_qk; ++d) s += ld_dt(p.q, qoff + d, p.q_dtype) * ld<KDT>(p.k, ko + d);
-      const float e = expf(s * p.sm_scale - m);
+      const float e = expf(logit(p, s * qscale, h, kvh, j, qpos) - mm);
       l += e;
       a += e * ld<KDT>(p.v, vo + dim);
     }
+    a *= vscale;
+    if (p.sinks) add_sink(p.sinks[h], 1, &a, mm, l);
     const int64_t o = ((int64_t)it.qo_start * p.num_qo_heads + h) * HEAD_SIZE + dim;
     st_dt(p.o, o, p.o_dtype, l > 0.f ? a / l : 0.f);
   }

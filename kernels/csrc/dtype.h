@@ -4,7 +4,8 @@
 #include <string.h>
 #include "platform.h"
 
-enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
+// fp8 (E4M3FN, E5M2) only as a KV cache element: loaded, never stored.
+enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_E4M3 = 3, DT_E5M2 = 4 };
 
 __host__ __device__ __forceinline__ uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 __host__ __device__ __forceinline__ float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -52,10 +53,27 @@ __host__ __device__ inline uint16_t f32_to_bf16(float f) {
 
 __host__ __device__ __forceinline__ float bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
 
+// E4M3FN: bias 7, no infinity, S.1111.111 is NaN; exact in fp32.
+__host__ __device__ __forceinline__ float e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = (uint32_t)(b & 0x80u) << 24;
+  const uint32_t e = (b >> 3) & 0xfu, m = b & 0x7u;
+  if (e == 0xfu && m == 0x7u) return bits_f32(sign | 0x7fc00000u);
+  if (e == 0) {
+    const float v = (float)m * 0.001953125f;  // m * 2^-9, exact
+    return sign ? -v : v;
+  }
+  return bits_f32(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+// E5M2 is the top byte of an fp16.
+__host__ __device__ __forceinline__ float e5m2_to_f32(uint8_t b) { return f16_to_f32((uint16_t)((uint16_t)b << 8)); }
+
 template <int DT> __host__ __device__ __forceinline__ float ld(const void* p, int64_t i);
 template <> __host__ __device__ __forceinline__ float ld<DT_F32>(const void* p, int64_t i) { return ((const float*)p)[i]; }
 template <> __host__ __device__ __forceinline__ float ld<DT_F16>(const void* p, int64_t i) { return f16_to_f32(((const uint16_t*)p)[i]); }
 template <> __host__ __device__ __forceinline__ float ld<DT_BF16>(const void* p, int64_t i) { return bf16_to_f32(((const uint16_t*)p)[i]); }
+template <> __host__ __device__ __forceinline__ float ld<DT_E4M3>(const void* p, int64_t i) { return e4m3_to_f32(((const uint8_t*)p)[i]); }
+template <> __host__ __device__ __forceinline__ float ld<DT_E5M2>(const void* p, int64_t i) { return e5m2_to_f32(((const uint8_t*)p)[i]); }
 
 // Runtime-typed access for the few places off the inner loop (q rows, outputs).
 __host__ __device__ __forceinline__ float ld_dt(const void* p, int64_t i, int dt) {

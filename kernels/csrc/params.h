@@ -44,4 +44,11 @@ typedef struct {
   // split each item's rows into tiles, and rows past the tiles are still strided over, so a
   // smaller value (a captured graph replayed with longer requests) costs speed, never rows.
   int32_t max_qo_len;
+  // Features; zero / null is off (kernels/README.md, "Features").
+  float logits_soft_cap;       // c > 0: a logit s = q.k * sm_scale becomes c * tanh(s / c)
+  float k_scale, v_scale;      // dequantized k/v = stored * scale (1 when not given)
+  const float* sinks;          // [Hq] fp32: one extra logit per q head, in the denominator only
+  const float* alibi_slopes;   // [Hq] fp32: + slope * (key_pos - query_pos), after the soft cap
+  const uint8_t* custom_mask;  // bool (non-zero: attend), each request's [qo_len, kv_len] row-major
+  const int32_t* mask_indptr;  // [B+1] element offset of each request's mask; null: offset 0
 } AttnParams;

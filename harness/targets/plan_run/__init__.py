@@ -20,6 +20,7 @@ def run(c, own_routes: dict | None = None) -> dict:
     function for an op, from own_routes, where its library's call differs)."""
     from harness.targets.plan_run.routes import OPS
     from harness.targets.plan_run.scenarios import run_scenario
+    c.check_features()
     if c.params.get("scenario"):
         return run_scenario(c)
     return {**OPS, **(own_routes or {})}[c.case.op](c)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import torch
 
+from harness.targets.base import Skip
 from harness.targets.case_calls import CaseCalls
 from harness.targets.plan_run.mismatch import short_rows
 
 WORKSPACE_BYTES = 32 << 20
+# The feature a params["malformed"] field belongs to.
+_MALFORMED_FEATURE = {"sinks": "sinks", "alibi_slopes": "alibi", "k_scale": "fp8_kv",
+                      "v_scale": "fp8_kv", "custom_mask": "custom_mask"}
 
 
 class Call(CaseCalls):
@@ -86,6 +90,93 @@ class Call(CaseCalls):
     def plan_extra(self) -> dict:
         """Extra plan() keywords of the batch wrappers (the split control, where it has one)."""
         return {"max_kv_chunk": self.params.get("max_kv_chunk")}
+
+    # ---- features (harness/model/capabilities.py FEATURES; kernels/README.md "Features")
+
+    def route_features(self, op: str) -> tuple[frozenset, frozenset]:
+        """(the features `op`'s calls carry, the features the library has an argument for on
+        `op` but refuses): the target's library says. None by default."""
+        return frozenset(), frozenset()
+
+    def check_features(self) -> None:
+        """Skip, naming why, a case using a feature its route cannot carry. A feature the
+        library takes an argument for there but refuses is passed when the case expects a
+        refusal (the library's guard is then what is tested); any other case has no call."""
+        used = self.problem.features()
+        takes, refuses = self.route_features(self.case.op)
+        for name in sorted(used - takes):
+            if name in refuses and self.case.expect == "refuse":
+                continue
+            why = "refuses" if name in refuses else "has no argument for"
+            raise Skip(f"the library {why} {name} on {self.case.op}")
+        bad = self.params.get("malformed")
+        if bad and _MALFORMED_FEATURE.get(bad.get("field")) not in takes:
+            raise Skip(f"malformed {bad.get('field')!r}: {self.case.op} takes no such argument")
+
+    def _malformed(self, field: str):
+        bad = self.params.get("malformed") or {}
+        return bad if bad.get("field") == field else None
+
+    def _per_head(self, key: str, values: torch.Tensor | None):
+        if self.params.get(key) in (None, False) or values is None:
+            return None
+        bad = self._malformed(key)
+        if bad is not None:
+            # n entries: the first heads' values, then the last one repeated (a kv-head-long
+            # vector of a GQA problem is its first num_kv_heads slopes).
+            n = int(bad["length"])
+            values = torch.cat([values, values[-1:].repeat(max(0, n - values.numel()))])[:n]
+        return self.views.input(key, values.to(torch.float32).contiguous().to(self.device))
+
+    def _scale(self, key: str):
+        if key not in self.params:
+            return None
+        value = getattr(self.problem, key)
+        bad = self._malformed(key)
+        if bad is not None:
+            return torch.full(tuple(bad["shape"]), value, dtype=torch.float32, device=self.device)
+        return value
+
+    def custom_mask_arg(self, flat: bool):
+        """The problem's masks as the library takes them: one [qo_len, kv_len] (single
+        prefill) or every request's, flat, row-major (a paged plan)."""
+        if not self.params.get("custom_mask"):
+            return None
+        mask = self.problem.custom_mask_flat() if flat else self.problem.custom_mask[0]
+        bad = self._malformed("custom_mask")
+        if bad is not None:
+            delta = int(bad["delta"])
+            mask = mask.reshape(-1)
+            mask = torch.cat([mask, mask[:delta]]) if delta >= 0 else mask[:delta]
+            if not flat:
+                mask = mask.unsqueeze(0)      # a [1, n] mask: the wrong shape for one request
+        return self.views.input("custom_mask", mask.contiguous().to(self.device))
+
+    def soft_cap_kw(self) -> dict:
+        cap = self.params.get("logits_soft_cap")
+        return {"logits_soft_cap": self.problem.logits_soft_cap} if cap else {}
+
+    def run_features_kw(self) -> dict:
+        """The run()-side features given: sinks, alibi_slopes, k_scale, v_scale."""
+        kw = {"sinks": self._per_head("sinks", self.problem.sinks),
+              "alibi_slopes": self._per_head("alibi_slopes", self.problem.alibi_slopes),
+              "k_scale": self._scale("k_scale"), "v_scale": self._scale("v_scale")}
+        return {k: v for k, v in kw.items() if v is not None}
+
+    def call_features_kw(self, mask: bool) -> dict:
+        """A single-request call's features: soft cap, sinks, ALiBi and (prefill) the mask."""
+        kw = {**self.soft_cap_kw(), **self.run_features_kw()}
+        kw.pop("k_scale", None)
+        kw.pop("v_scale", None)
+        given = self.custom_mask_arg(flat=False) if mask else None
+        if given is not None:
+            kw["custom_mask"] = given
+        return kw
+
+    def kv_data_type(self):
+        """The cache dtype plan() is told: the problem's stored format."""
+        self.params.get("kv_dtype")
+        return self.problem.kv_dtype
 
     def construct(self, factory, *args, **kwargs):
         """A library object built in the "construct" stage, so that what it raises is the

@@ -26,6 +26,12 @@ import torch
 from harness.model.problem import DTYPES
 from harness.targets.base import Skip
 
+# What a FlashInfer-shaped plan() fixes and run() must agree with: the metadata contract of
+# every target on this core (harness/model/capabilities.py METADATA_FIELDS).
+PLAN_METADATA = {f: "plan" for f in ("num_qo_heads", "num_kv_heads", "head_dim_qk",
+                                     "head_dim_vo", "page_size", "rank", "q_rows", "kv_rows",
+                                     "dtype")}
+
 
 def _resize(t: torch.Tensor, dim: int, n: int) -> torch.Tensor:
     """t with size n along dim: cut, or grown by repeating its own slices."""

@@ -12,7 +12,7 @@ A case naming a tensor the route never passes is skipped, not silently ignored.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -35,10 +35,11 @@ def single_prefill(c: Call) -> dict:
     k = c.views.input("k", to_layout(p.k[0], c.layout))
     v = c.views.input("v", to_layout(p.v[0], c.layout))
     out, lse = c.out(p.qo_lens[0]), c.lse(p.qo_lens[0])
+    feats = c.call_features_kw(mask=True)
     c.ready("run")
     returned = k_.single_prefill_with_kv_cache(
         q, k, v, causal=p.causal, kv_layout=c.layout, window_left=p.window_left,
-        sm_scale=c.sm_scale, return_lse=p.return_lse, out=out, lse=lse)
+        sm_scale=c.sm_scale, return_lse=p.return_lse, out=out, lse=lse, **feats)
     return c.result(*c.outputs(returned, out, lse))
 
 
@@ -53,10 +54,11 @@ def single_decode(c: Call) -> dict:
     if c.caller_outputs:
         out = c.views.output("out", (p.num_qo_heads, p.head_dim_vo), p.dtype)
         lse = c.views.output("lse", (p.num_qo_heads,), torch.float32) if p.return_lse else None
+    feats = c.call_features_kw(mask=False)
     c.ready("run")
     returned = k_.single_decode_with_kv_cache(
         q, k, v, kv_layout=c.layout, window_left=p.window_left, sm_scale=c.sm_scale,
-        return_lse=p.return_lse, use_tensor_cores=False, out=out, lse=lse)
+        return_lse=p.return_lse, use_tensor_cores=False, out=out, lse=lse, **feats)
     out, lse = c.outputs(returned, out, lse)
     res = {"o": out.unsqueeze(0)}
     if p.return_lse:
@@ -67,9 +69,11 @@ def single_decode(c: Call) -> dict:
 # ------------------------------------------------------------------ batch routes
 
 def paged_inputs(c: Call):
-    """Plan-side index tensors and the run-side cache of a paged route."""
+    """Plan-side index tensors and the run-side cache of a paged route (its pages in the
+    problem's stored kv dtype: an fp8 cache holds the fp8 bytes, NaN where no request is)."""
     p = c.problem
-    paged = build_paged(p, int(c.params.get("page_size", 16)), c.layout,
+    stored = replace(p, dtype=p.kv_dtype) if p.kv_dtype != p.dtype else p
+    paged = build_paged(stored, int(c.params.get("page_size", 16)), c.layout,
                         c.params.get("page_order", "shuffled"),
                         int(c.params.get("page_id_offset", 0)), c.case.seed)
     idx = {
@@ -139,17 +143,18 @@ def plan_and_run(c: Call, prep: Prepared) -> dict:
 
 
 def _dims(c: Call) -> dict:
-    """plan() keywords every batch wrapper takes alike."""
+    """plan() keywords every batch wrapper takes alike (the soft cap only when the case has
+    one: a call without features is the call it always was)."""
     p = c.problem
     return dict(num_qo_heads=p.num_qo_heads, num_kv_heads=p.num_kv_heads,
                 window_left=p.window_left, sm_scale=c.sm_scale, q_data_type=p.dtype,
-                kv_data_type=p.dtype, **c.plan_extra())
+                kv_data_type=c.kv_data_type(), **c.plan_extra(), **c.soft_cap_kw())
 
 
 def _prepared(c: Call, wrapper, plan_kw: dict, run_args: tuple, out_rows: int,
               rows: int) -> Prepared:
     out, lse = c.out(out_rows), c.lse(out_rows)
-    run_kw = dict(out=out, lse=lse, return_lse=c.problem.return_lse)
+    run_kw = dict(out=out, lse=lse, return_lse=c.problem.return_lse, **c.run_features_kw())
     return Prepared(wrapper, plan_kw, run_args, run_kw, out, lse, rows)
 
 
@@ -170,7 +175,10 @@ def prepare_paged_prefill(c: Call) -> Prepared:
                    paged_kv_indices=idx["kv_indices"], paged_kv_last_page_len=idx["last_page_len"],
                    head_dim_qk=p.head_dim, page_size=paged.page_size, head_dim_vo=p.head_dim_vo,
                    causal=p.causal, **_dims(c))
-    run_kw = dict(out=out, lse=lse, return_lse=p.return_lse)
+    mask = c.custom_mask_arg(flat=True)
+    if mask is not None:
+        plan_kw["custom_mask"] = mask
+    run_kw = dict(out=out, lse=lse, return_lse=p.return_lse, **c.run_features_kw())
     if partial is not None:
         run_kw["partial_state"] = partial
     return Prepared(wrapper, plan_kw, (q, cache), run_kw, out, lse, rows)
@@ -195,12 +203,17 @@ def prepare_ragged_prefill(c: Call) -> Prepared:
 
 def prepare_batch_decode(c: Call) -> Prepared:
     p = c.problem
-    if any(n != 1 for n in p.qo_lens):
+    n = int(c.params.get("q_len_per_req", 1))
+    if n > 1:
+        # Multi-token decode: causal within the request is what q_len_per_req means (the
+        # problem's qo_lens are all n and causal is set: problem.normalize checks both).
+        pass
+    elif any(lq != 1 for lq in p.qo_lens):
         raise Skip("batch decode takes one query token per request")
+    elif p.causal:
+        raise Skip("batch decode has no causal flag (one query token sees its whole KV)")
     if p.head_dim_vo != p.head_dim:
         raise Skip("batch decode plans one head_dim for k and v")
-    if p.causal:
-        raise Skip("batch decode has no causal flag (one query token sees its whole KV)")
     paged, idx = paged_inputs(c)
     wrapper = c.decode_wrapper(**graph_buffers(c, len(paged.indices), DECODE_BUFS))
     q, cache = perturb(c, p.q_packed(), cache_input(c, paged))
@@ -208,6 +221,8 @@ def prepare_batch_decode(c: Call) -> Prepared:
     plan_kw = dict(indptr=idx["kv_indptr"], indices=idx["kv_indices"],
                    last_page_len=idx["last_page_len"], head_dim=p.head_dim,
                    page_size=paged.page_size, **_dims(c))
+    if n > 1:
+        plan_kw["q_len_per_req"] = n
     return _prepared(c, wrapper, plan_kw, (q, cache), *planned_rows(c))
 
 

@@ -1,13 +1,13 @@
-// Injected failures for the harness's own tests (kernels/testonly.py, KERNELS_TESTONLY=1):
-// each one is what a broken kernel does to the process.
+// Injected crashes for the harness's own tests (kernels/testonly.py, refused there unless
+// KERNELS_TESTONLY=1): each one is what a broken kernel does to the process. Nothing here
+// runs unless called, so the shipped library keeps them; kernel faults (wrong answers) live
+// only in the test-only library (csrc/testonly/).
 #include <stdlib.h>
-#include <string.h>
 #if defined(KERNELS_PLATFORM_HOST)
 #include <unistd.h>
 #endif
 #include "errors.h"
 #include "platform.h"
-#include "testonly.h"
 
 __global__ void testonly_divide_kernel(volatile int* out, int divisor) { out[threadIdx.x] = 1000 / divisor; }
 __global__ void testonly_spin_kernel(volatile int* flag) {
@@ -45,23 +45,4 @@ extern "C" int kernels_testonly_fault(int kind, int divisor, void* flag, void* s
       return 0;
   }
   return kernels_fail("testonly: unknown fault %d", kind);
-}
-
-int kernels_testonly_kernel_fault(int* fault) {
-  // Indexed by the TF_ codes of testonly.h.
-  static const char* const names[] = {"", "merge_no_max", "softmax_no_max", "empty_skipped",
-                                      "masked_row_nan"};
-  *fault = TF_NONE;
-  const char* want = getenv("KERNELS_TESTONLY_FAULT");
-  if (!want || !*want) return 0;
-  const char* allowed = getenv("KERNELS_TESTONLY");
-  if (!allowed || strcmp(allowed, "1") != 0)
-    return kernels_fail("KERNELS_TESTONLY_FAULT=%s: set KERNELS_TESTONLY=1 to reach injected faults", want);
-  for (int i = 1; i < (int)(sizeof names / sizeof names[0]); ++i)
-    if (strcmp(want, names[i]) == 0) {
-      *fault = i;
-      return 0;
-    }
-  return kernels_fail("KERNELS_TESTONLY_FAULT=%s: unknown; known: merge_no_max, softmax_no_max, "
-                      "empty_skipped, masked_row_nan", want);
 }

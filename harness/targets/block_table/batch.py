@@ -1,0 +1,61 @@
+"""A logical problem as a vLLM-shaped batch: packed q, packed k/v tokens for the library's
+own cache writer, and the metadata tensors that describe where each request lives."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.targets.base import Skip
+from harness.targets.layout import page_ids
+
+
+@dataclass
+class BlockBatch:
+    """What a vLLM-shaped call is handed. The counts (num_reqs, heads, head_dim, block_size)
+    are what the metadata *states*; the tensors are what it is handed with. They agree
+    unless mismatch.py bent one of them."""
+    query: torch.Tensor            # [T, Hq, D] packed in request order
+    key: torch.Tensor              # [sum kv, Hkv, D] packed, for the cache writer
+    value: torch.Tensor            # [sum kv, Hkv, Dv]
+    query_start_loc: list[int]     # [R + 1]
+    seq_lens: list[int]            # [R]
+    block_table: list[list[int]]   # [R, max_blocks]; a short row is padded with its last id
+    slot_mapping: list[int]        # [sum kv]: block * block_size + offset, per key token
+    num_blocks: int
+    block_size: int
+    num_reqs: int
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rows: int                      # query rows the metadata covers (query_start_loc[-1])
+
+
+def build(problem, block_size: int, order: str = "shuffled", offset: int = 0,
+          seed: int = 0) -> BlockBatch:
+    """The problem's batch; blocks handed out in `order` from id `offset` (lower blocks
+    exist and are never referenced), one spare block past the last so an index one past
+    the end lands in the pool rather than past it."""
+    if block_size < 1:
+        raise Skip(f"block_size must be >= 1, got {block_size}")
+    p = problem
+    counts = [-(-n // block_size) for n in p.kv_lens]
+    ids = page_ids(sum(counts), order, offset, seed)
+    table, slots, at = [], [], 0
+    for n, c in zip(p.kv_lens, counts):
+        mine = ids[at:at + c]
+        at += c
+        table.append(mine)
+        slots.extend(mine[t // block_size] * block_size + t % block_size for t in range(n))
+    width = max([1] + counts)
+    table = [row + [row[-1] if row else 0] * (width - len(row)) for row in table]
+    empty_k = p.q[0].new_zeros((0, p.num_kv_heads, p.head_dim))
+    empty_v = p.q[0].new_zeros((0, p.num_kv_heads, p.head_dim_vo))
+    return BlockBatch(
+        query=p.q_packed(),
+        key=torch.cat(p.k) if p.k else empty_k, value=torch.cat(p.v) if p.v else empty_v,
+        query_start_loc=[int(x) for x in p.qo_indptr.tolist()],
+        seq_lens=[int(n) for n in p.kv_lens], block_table=table, slot_mapping=slots,
+        num_blocks=offset + sum(counts) + 1, block_size=block_size, num_reqs=p.batch_size,
+        num_qo_heads=p.num_qo_heads, num_kv_heads=p.num_kv_heads, head_dim=p.head_dim,
+        rows=sum(p.qo_lens))

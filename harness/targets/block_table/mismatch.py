@@ -1,0 +1,56 @@
+"""The metadata disagrees with the tensors, for a vLLM-shaped call (the misplanned family).
+
+params["mismatch"] = {"field": f, "value": n}. The metadata tensors and counts describe the
+problem; one of them, or one tensor handed with them, is bent so the two disagree in field
+f, keeping every other dimension as described and the data finite (a run that accepts it
+computes plausible numbers, so the harness sees `silent`, not a lucky NaN):
+
+  num_qo_heads   q with n heads; the metadata call still states the problem's
+  num_kv_heads   the metadata call states n kv heads; the cache holds the problem's
+  head_dim_qk    q with last dim n; the metadata call states the problem's head_dim
+  q_rows         q with n rows; query_start_loc still covers the problem's
+  dtype          q cast to n; the metadata call states the problem's dtype (and the cache)
+  batch_size     the metadata call states n requests; the tensors describe the problem's
+  kv_lens        the last request's seq_len is n, past what its block-table row holds
+  block_table    the last request's first block id is n, past the pool of blocks
+  query_start_loc  its last entry is n, short of q's rows
+"""
+from __future__ import annotations
+
+from harness.model.problem import DTYPES
+from harness.targets.base import Skip
+from harness.targets.block_table.batch import BlockBatch
+from harness.targets.plan_run.mismatch import _resize
+
+# The fields this core performs, for a target's Capabilities.metadata.
+FIELDS = ("num_qo_heads", "num_kv_heads", "head_dim_qk", "q_rows", "dtype", "batch_size",
+          "kv_lens", "block_table", "query_start_loc")
+
+
+def perturb(batch: BlockBatch, mismatch) -> BlockBatch:
+    """The batch with its metadata and tensors disagreeing in the one named field."""
+    if not mismatch:
+        return batch
+    field, n = mismatch["field"], mismatch["value"]
+    if field == "num_qo_heads":
+        batch.query = _resize(batch.query, 1, int(n))
+    elif field == "num_kv_heads":
+        batch.num_kv_heads = int(n)
+    elif field == "head_dim_qk":
+        batch.query = _resize(batch.query, -1, int(n))
+    elif field == "q_rows":
+        batch.query = _resize(batch.query, 0, int(n))
+    elif field == "dtype":
+        batch.query = batch.query.to(DTYPES[n])
+    elif field == "batch_size":
+        batch.num_reqs = int(n)
+    elif field == "kv_lens":
+        batch.seq_lens = batch.seq_lens[:-1] + [int(n)]
+    elif field == "block_table":
+        row = batch.block_table[-1]
+        batch.block_table = batch.block_table[:-1] + [[int(n)] + row[1:]]
+    elif field == "query_start_loc":
+        batch.query_start_loc = batch.query_start_loc[:-1] + [int(n)]
+    else:
+        raise Skip(f"mismatch field {field!r} has no analogue in a block-table batch")
+    return batch

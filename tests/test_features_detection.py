@@ -1,0 +1,109 @@
+"""Each feature's test-only kernel fault (kernels.testonly.FEATURE_FAULTS) fails that feature's
+cases of the features family and passes every case of it without the feature (issue 25).
+
+In this process: testonly.fault_library(name) points the bundled adapter's kernels.* calls at
+the test-only library with the fault active, and execute_case judges each case as a worker
+would. Which cases a fault must reach is the defect's own reach, written per fault below: a
+soft cap applied after the mask only leaks keys that are masked; a sink counted in the
+numerator hides below a large-logits LSE; kv-head slopes equal q-head slopes without GQA;
+a scale applied twice is a no-op at scale 1; the tensor-core decode runs the prefill kernel,
+whose rows carry their own positions.
+"""
+from __future__ import annotations
+
+import pytest
+
+from cases import generate
+from harness.engine.execute import execute_case
+from harness.model.routes import BUNDLED_ROUTES, op_of
+from harness.targets import load_target
+from kernels import testonly
+from kernels.build import detect
+
+pytestmark = pytest.mark.skipif(detect()[0] != "host", reason="runs the host library in this process")
+
+FEATURE_OF = {
+    "softcap_after_mask": "softcap",
+    "sink_in_numerator": "sinks",
+    "alibi_kv_head": "alibi",
+    "fp8_scale_twice": "fp8_kv",
+    "decode_rows_at_last_position": "multi_token_decode",
+    "custom_mask_transposed": "custom_mask",
+}
+
+
+def _masks_keys(p) -> bool:
+    causal_cut = p.get("causal") and any(k > 1 for k in p["kv_lens"])
+    return bool(causal_cut or p.get("window_left", -1) >= 0 or p.get("custom_mask"))
+
+
+def _gqa(p) -> bool:
+    return p["num_qo_heads"] != p.get("num_kv_heads", p["num_qo_heads"])
+
+
+# fault -> (params of cases that must fail, routes on which they must)
+MUST_FAIL = {
+    "softcap_after_mask": (lambda p: p.get("logits_soft_cap") == 2.0 and _masks_keys(p)
+                           and any(p["kv_lens"]), set(BUNDLED_ROUTES) - {"fa2.merge_state",
+                                                                         "fa2.mixed_batch"}),
+    "sink_in_numerator": (lambda p: p.get("sinks") not in (None, False)
+                          and p.get("values", "normal") == "normal",
+                          set(BUNDLED_ROUTES) - {"fa2.merge_state", "fa2.mixed_batch"}),
+    "alibi_kv_head": (lambda p: p.get("alibi_slopes") not in (None, False) and _gqa(p)
+                      and any(p["kv_lens"]),
+                      set(BUNDLED_ROUTES) - {"fa2.merge_state", "fa2.mixed_batch"}),
+    "fp8_scale_twice": (lambda p: bool(p.get("kv_dtype")) and p.get("k_scale", 1.0) != 1.0,
+                        {r for r in BUNDLED_ROUTES if op_of(r) in ("paged_prefill", "batch_decode")}),
+    "decode_rows_at_last_position": (lambda p: p.get("q_len_per_req", 1) > 1,
+                                     {"fa2.batch_decode", "aiter.batch_decode",
+                                      "ll4mi.batch_decode"}),
+    "custom_mask_transposed": (lambda p: bool(p.get("custom_mask")),
+                               {"fa2.single_prefill", "fa2.paged_prefill"}),
+}
+
+
+@pytest.fixture(scope="module")
+def feature_cases():
+    return generate(["features"])
+
+
+def _run(cases, fault, monkeypatch):
+    monkeypatch.setenv("KERNELS_TESTONLY", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    target = load_target("bundled")
+    with testonly.fault_library(fault):
+        return [(c, execute_case(c, target, "cpu")) for c in cases]
+
+
+def test_every_feature_fault_has_a_feature():
+    assert set(FEATURE_OF) == set(testonly.FEATURE_FAULTS) == set(MUST_FAIL)
+
+
+@pytest.mark.parametrize("fault", testonly.FEATURE_FAULTS)
+def test_fault_fails_its_feature_and_passes_every_case_without_it(fault, feature_cases,
+                                                                  monkeypatch):
+    feature = FEATURE_OF[fault]
+    must, routes = MUST_FAIL[fault]
+    results = _run(feature_cases, fault, monkeypatch)
+    with_it = [(c, r) for c, r in results if feature in c.requires]
+    without = [(c, r) for c, r in results if feature not in c.requires]
+    assert with_it and without
+    # Without the feature the fault is not there: every such case (refusals too) passes.
+    failing_without = [(c.id, r.outcome, r.message[:80]) for c, r in without if not r.passed]
+    assert not failing_without, failing_without[:5]
+    # With it, every case the defect reaches is wrong, on every route that carries it.
+    reached = [(c, r) for c, r in with_it
+               if c.expect == "match" and must(c.params) and c.route in routes]
+    assert {c.route for c, _ in reached} == routes
+    missed = [c.id for c, r in reached if r.passed]
+    assert not missed, missed[:5]
+    assert {r.outcome for c, r in reached} == {"wrong"}
+    # Whatever else fails carries the feature and fails by its values.
+    assert {r.outcome for c, r in with_it if not r.passed} == {"wrong"}
+
+
+def test_the_faultless_test_only_library_passes_every_feature_case(feature_cases, monkeypatch):
+    """The same library with no fault active: the failures above are the faults'."""
+    results = _run(feature_cases, None, monkeypatch)
+    failing = [(c.id, r.outcome, r.message[:80]) for c, r in results if not r.passed]
+    assert not failing, failing[:5]

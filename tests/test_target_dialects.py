@@ -1,0 +1,157 @@
+"""Targets a user brings: by package.module:factory, by file path and by entry point, each
+under check, repro, shrink and explore; refusals judged in the library's own words; and no
+case the adapter did not perform ever passes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.model.case import Case
+from harness.model.classify import classify
+
+ROOT = Path(__file__).resolve().parent.parent
+USER = ROOT / "tests" / "user_targets"
+
+
+def harness(*args, env=None, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd or ROOT, timeout=timeout)
+
+
+def user_env(tmp_path, entry_point: bool = False) -> dict:
+    """The user's environment: their package on PYTHONPATH (never the harness's business),
+    and, for the entry point, an installed distribution's metadata beside it."""
+    paths = [str(USER)]
+    if entry_point:
+        dist = tmp_path / "site" / "usersdpa-0.1.dist-info"
+        dist.mkdir(parents=True)
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: usersdpa\nVersion: 0.1\n")
+        (dist / "entry_points.txt").write_text(
+            "[attention_harness.targets]\nusersdpa-nocausal = usersdpa:make_nocausal\n")
+        paths.insert(0, str(tmp_path / "site"))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    return env
+
+
+def causal_case_id(spec: str, env) -> str:
+    proc = harness("list", "--target", spec, "--family", "valid", env=env)
+    assert proc.returncode == 0, proc.stderr
+    import re
+    # Several query rows under a causal mask and no window: dropping the mask shows there.
+    ids = [i for i in proc.stdout.split()
+           if (m := re.search(r"-q(\d+)k(\d+)-causal-(nhd|hnd)$", i)) and int(m.group(1)) > 1]
+    assert ids, proc.stdout[-2000:]
+    return ids[0]
+
+
+@pytest.mark.parametrize("spec,entry_point", [
+    ("usersdpa:make_nocausal", False),
+    ("usersdpa-nocausal", True),
+])
+def test_an_installed_target_catches_its_planted_defect_everywhere(tmp_path, spec, entry_point):
+    env = user_env(tmp_path, entry_point)
+    listed = harness("list", "--target", spec, env=env)
+    assert listed.returncode == 0, listed.stderr
+    case_id = causal_case_id(spec, env)
+
+    check = harness("check", "--target", spec, "--family", "valid", "--results-dir",
+                    str(tmp_path / "r"), "-n", "2", env=env)
+    assert check.returncode == 1, check.stdout[-3000:] + check.stderr[-2000:]
+    table = next((tmp_path / "r").glob("*.jsonl"))
+    rows = [json.loads(l) for l in table.read_text().splitlines()]
+    outcomes = {r["outcome"] for r in rows}
+    assert "crash" not in outcomes and "harness_error" not in outcomes, outcomes
+    assert any(r["outcome"] == "wrong" and "causal" in r["case_id"] for r in rows)
+
+    repro = harness("repro", case_id, "--target", spec, "--json", env=env)
+    assert repro.returncode == 1, repro.stderr
+    assert json.loads(repro.stdout.strip().splitlines()[-1])["outcome"] == "wrong"
+
+    shrunk = harness("shrink", case_id, "--target", spec, "--max-trials", "6",
+                     "--out-dir", str(tmp_path / "s"), env=env)
+    assert shrunk.returncode == 0, shrunk.stderr[-2000:]
+    assert json.loads(shrunk.stdout)["outcome"] == "wrong"
+
+
+def test_a_target_from_a_file_runs_under_check_and_explore(tmp_path):
+    spec = str(USER / "usersdpa" / "__init__.py") + ":make_nocausal"
+    env = dict(os.environ)   # nothing on PYTHONPATH: the file path alone finds it
+    check = harness("check", "--target", spec, "--family", "valid", "--results-dir",
+                    str(tmp_path / "r"), "-n", "2", env=env)
+    rows = [json.loads(l) for p in (tmp_path / "r").glob("*.jsonl")
+            for l in p.read_text().splitlines()]
+    assert check.returncode == 1 and rows, check.stderr[-2000:]
+    assert not {"crash", "harness_error"} & {r["outcome"] for r in rows}
+    assert any(r["outcome"] == "wrong" for r in rows)
+
+    explore = harness("explore", "--target", spec, "--family", "valid", "--examples", "12",
+                      "--budget", "10m", "--seed", "2", "--out", str(tmp_path / "e"),
+                      "--no-saved", env=env)
+    assert "crash" not in explore.stdout, explore.stdout[-3000:]
+    assert explore.returncode == 1 and "wrong" in explore.stdout, (
+        explore.stdout[-3000:] + explore.stderr[-2000:])
+
+
+def test_a_target_that_cannot_load_is_our_error_never_a_crash(tmp_path):
+    case = {"route": "sdpa.single_prefill", "family": "valid", "variant": "x",
+            "params": {"dtype": "fp32", "head_dim": 8, "num_qo_heads": 1, "qo_lens": [2],
+                       "kv_lens": [3]}, "expect": "match"}
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([case]))
+    proc = harness("repro", Case.from_json(case).id, "--target", "no_such_module:make",
+                   "--cases-file", str(cases), "--json")
+    assert proc.returncode in (1, 2), proc.stderr
+    if proc.returncode == 1:
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert row["outcome"] == "harness_error" and "no_such_module" in row["message"]
+    else:
+        assert "no_such_module" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("ignored", ["scenario", "mismatch"])
+def test_an_adapter_that_ignores_a_param_gives_harness_error(tmp_path, ignored):
+    env = dict(os.environ, IGNORED_PARAMS=ignored)
+    variant = "plan_rejected_first" if ignored == "scenario" else "num_qo_heads"
+    proc = harness("check", "--target", str(USER / "ignoring.py"), "--family", "misplanned",
+                   "--route", "fa2.paged_prefill", "--case-id", f"misplanned.{variant}/bf16",
+                   "--results-dir", str(tmp_path), "-n", "0", env=env)
+    rows = [json.loads(l) for p in tmp_path.glob("*.jsonl") for l in p.read_text().splitlines()]
+    assert rows, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert {r["outcome"] for r in rows} == {"harness_error"}, [r["message"] for r in rows]
+    assert all(f"params['{ignored}']" in r["message"] for r in rows)
+    assert proc.returncode == 1
+
+
+def gqa_case() -> Case:
+    return Case(route="x.single_prefill", family="gqa", variant="q12_over_kv8",
+                params={"dtype": "bf16", "head_dim": 8, "num_qo_heads": 12, "num_kv_heads": 8,
+                        "qo_lens": [1], "kv_lens": [2]},
+                expect="refuse", refuse_words=("num_qo_heads", "12", "num_kv_heads", "8"))
+
+
+def test_a_refusal_in_the_librarys_own_words_passes_clarity():
+    said = ValueError("key_heads 8 must divide num_qo_heads 12")
+    assert classify(gqa_case(), error=said,
+                    vocabulary={"num_kv_heads": ("key_heads",)}).passed
+    # Without the vocabulary its name for the field is not ours: a clarity finding.
+    assert not classify(gqa_case(), error=said).passed
+
+
+def test_the_same_refusal_without_the_values_fails_clarity():
+    said = ValueError("key_heads must divide num_qo_heads")
+    verdict = classify(gqa_case(), error=said, vocabulary={"num_kv_heads": ("key_heads",)})
+    assert verdict.outcome == "refused" and not verdict.passed
+    assert "'12'" in verdict.message and "'8'" in verdict.message
+
+
+def test_vocabulary_names_must_be_a_tuple_of_words():
+    from harness.targets import Capabilities
+    with pytest.raises(ValueError, match="vocabulary"):
+        Capabilities(ops=frozenset(), vocabulary={"num_kv_heads": "kv_heads"})
