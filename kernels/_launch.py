@@ -105,9 +105,3 @@ def launch(entry: str, p: AttnParams, like: torch.Tensor) -> None:
     _lib.call(entry, p, _lib.stream_of(like))
 
 
-def new_out(q: torch.Tensor, rows: int, heads: int, dim: int, dtype=None) -> torch.Tensor:
-    return torch.empty(rows, heads, dim, dtype=dtype or q.dtype, device=q.device)
-
-
-def new_lse(q: torch.Tensor, rows: int, heads: int) -> torch.Tensor:
-    return torch.empty(rows, heads, dtype=torch.float32, device=q.device)

@@ -68,10 +68,6 @@ def disabled() -> AbstractSet[str]:
     return names
 
 
-def enabled(name: str) -> bool:
-    return name not in disabled()
-
-
 def switch() -> AbstractSet[str] | None:
     """The switch a run() memo is keyed on: None when every guard is off (the call then skips its
     checks, memo and all), else the disabled set, the same frozenset object while
@@ -108,10 +104,6 @@ def guard(name: str, doc: str, unfixed: Callable | None = None):
         wrapper.guard_name = name
         return wrapper
     return deco
-
-
-def _refuse(where: str, field: str, planned, given, what: str = "in plan()") -> None:
-    raise ValueError(f"{where}: {field} is {planned} {what} but {given}")
 
 
 # ---- layouts ---------------------------------------------------------------------------------

@@ -87,12 +87,6 @@ def test_hang_verdict_never_passes():
     assert (v.outcome, v.passed, v.message) == ("hang", False, "no result after 30 s during plan")
 
 
-def test_every_outcome_is_covered():
-    # nondeterministic is decided over attempts (test_attempts.py), harness_error by the engine.
-    seen = {row[3] for row in CASES} | {"crash", "hang", "nondeterministic", "harness_error"}
-    assert seen == set(OUTCOMES)
-
-
 @pytest.mark.parametrize("outcome,passed,expected", [
     ("match", True, ""), ("refused", True, ""), ("skipped", True, ""),
     ("wrong", False, "correctness"), ("silent", False, "correctness"),

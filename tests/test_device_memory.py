@@ -53,16 +53,21 @@ def test_holders_never_exceed_the_usable_shares(tmp_path):
     small.join()
     at = {(name, what): t for name, what, t in log}
     assert at[("small", "in")] >= at[("big", "out")]
-    # Two that fit together run together.
-    log.clear()
-    pair = [threading.Thread(target=_hold_then_note, args=(tmp_path, dm.USABLE // 2, 0.3, log, n))
-            for n in ("a", "b")]
+    # Two that fit together run together: each waits inside for the other to come in,
+    # which only two holders at once can do (the timeout only ends a failing run).
+    both_in = threading.Barrier(2, timeout=60)
+    met: list = []
+
+    def hold_half(name):
+        with dm.held(tmp_path, dm.USABLE // 2):
+            both_in.wait()
+            met.append(name)
+    pair = [threading.Thread(target=hold_half, args=(n,)) for n in ("a", "b")]
     for t in pair:
         t.start()
     for t in pair:
         t.join()
-    at = {(name, what): t for name, what, t in log}
-    assert at[("b", "in")] < at[("a", "out")] and at[("a", "in")] < at[("b", "out")]
+    assert sorted(met) == ["a", "b"] and not both_in.broken
 
 
 def test_a_dead_holder_frees_its_shares(tmp_path):

@@ -155,3 +155,14 @@ def test_vocabulary_names_must_be_a_tuple_of_words():
     from harness.targets import Capabilities
     with pytest.raises(ValueError, match="vocabulary"):
         Capabilities(ops=frozenset(), vocabulary={"num_kv_heads": "kv_heads"})
+
+
+def test_check_target_names_what_the_adapter_does_wrong():
+    env = dict(os.environ, IGNORED_PARAMS="mismatch")
+    bad = harness("check-target", str(USER / "ignoring.py"), "--per-family", "1", env=env)
+    assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
+    assert "params['mismatch']" in bad.stdout and "harness_error" in bad.stdout
+    good = harness("check-target", str(ROOT / "examples" / "sdpa_target" / "sdpa_target.py"),
+                   "--per-family", "1")
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
+    assert "no adapter error found" in good.stdout

@@ -23,7 +23,6 @@ import cases as families
 from stand_in_helpers import assert_all_match, sample
 from harness.model.case import Case
 from harness.engine.execute import execute_case
-from harness.targets import TARGETS
 from harness.targets import flaggems as fg_target
 
 
@@ -158,11 +157,6 @@ def _case(route, **params):
     return Case(route, "t", "case", {**base, **params})
 
 
-def test_registered():
-    assert TARGETS["flaggems"] == "harness.targets.flaggems"
-    assert set(fg_target.ROUTES) == {f"fg.{op}" for op in fg_target.OPS}
-
-
 @pytest.mark.parametrize("route", fg_target.ROUTES)
 def test_valid_cases_match_through_the_stand_in(target, route):
     assert_all_match(target, _sample(route), route)
@@ -173,13 +167,6 @@ def test_lse_is_read_back_from_heads_by_rows(target):
                  kv_lens=[17, 30])
     result = execute_case(case, target, device="cpu")
     assert result.outcome == "match", result.message
-
-
-def test_window_maps_to_left_right():
-    assert fg_target.window_size(False, -1) == (-1, -1)
-    assert fg_target.window_size(True, -1) == (-1, -1)
-    assert fg_target.window_size(True, 31) == (31, 0)
-    assert fg_target.window_size(False, 7) == (7, -1)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -248,10 +235,33 @@ def test_capabilities_skip_fp32_and_plan_run(target):
     fp32 = _case("fg.single_prefill", qo_lens=[3], kv_lens=[9], dtype="fp32")
     result = execute_case(fp32, target, device="cpu")
     assert result.outcome == "skipped" and "fp32" in result.message
-    planned = [c for c in families.generate(["misplanned"], routes=("fg.paged_prefill",))]
-    assert planned and all("plan_run" in c.requires for c in planned)
-    result = execute_case(planned[0], target, device="cpu")
+    planned = families.generate(["misplanned"], routes=("fg.paged_prefill",))
+    scripted = [c for c in planned if "plan_run" in c.requires]
+    assert scripted
+    result = execute_case(scripted[0], target, device="cpu")
     assert result.outcome == "skipped" and "plan_run" in result.message
+
+
+def test_the_metadata_family_reaches_its_call_in_every_dtype_it_takes(target, fake):
+    """misplanned asks for metadata fields, not plan(): the fields flash_attn_varlen_func's
+    metadata states reach it, in fp16 and bf16; the ones no argument states are skipped."""
+    planned = [c for c in families.generate(["misplanned"], routes=("fg.paged_prefill",))
+               if c.params.get("mismatch") and c.params["dtype"] in ("fp16", "bf16")
+               and not c.params.get("return_lse")]
+    reached, dtypes = set(), set()
+    for case in planned:
+        before = len(fake.calls)
+        result = execute_case(case, target, device="cpu")
+        field = case.params["mismatch"]["field"]
+        if field in target.capabilities.metadata:
+            assert result.outcome != "skipped", (case.id, result.message)
+            if len(fake.calls) > before:
+                reached.add(field)
+                dtypes.add(case.params["dtype"])
+        else:
+            assert result.outcome == "skipped", case.id
+    assert {"num_qo_heads", "head_dim_qk", "q_rows", "dtype", "rank"} <= reached
+    assert dtypes == {"fp16", "bf16"}
 
 
 def test_mismatched_tensors_reach_the_library(target, fake):

@@ -14,7 +14,6 @@ What is a harness error (raised) and what is an outcome (returned):
 from __future__ import annotations
 
 import copy
-import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -28,6 +27,7 @@ from harness.model.classify import (Verdict, classify, crash_verdict, error_text
                               harness_error_verdict)
 from harness.model.compare import compare, missing, summarize
 from harness.model.params import ReadParams
+from harness.model.signals import names_device_fault
 from harness.model.problem import build_problem, normalize
 from harness.model.reference import NoReference, attention_baseline, attention_reference
 from harness.model.tolerance import lse_tolerance, output_tolerance
@@ -66,16 +66,11 @@ class CaseResult:
         return row
 
 
-# A sticky device fault poisons the context: it is a crash, not a refusal.
-_DEVICE_FAULT = re.compile(r"(CUDA|HIP) error|hipError|cudaError|illegal memory access|"
-                           r"device-side assert|HSA_STATUS|memory access fault", re.I)
-
-
 def is_device_fault(error: BaseException) -> bool:
     accel = getattr(torch, "AcceleratorError", None)
     if accel is not None and isinstance(error, accel):
         return True
-    return isinstance(error, RuntimeError) and bool(_DEVICE_FAULT.search(str(error)))
+    return isinstance(error, RuntimeError) and names_device_fault(str(error))
 
 
 def _sync(device: torch.device) -> None:

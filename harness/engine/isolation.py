@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.model.signals import signal_text
+from harness.model.signals import names_device_fault, signal_text
 from harness.model.sizes import case_work
 
 STAGES = ("build inputs", "plan", "run", "compare")
@@ -179,15 +179,9 @@ def health_probe() -> str | None:
 # Test hook: the faults target poisons the "device" through this list.
 _FORCED_UNHEALTHY: list[str] = []
 
-_STICKY_WORDS = ("illegal memory access", "hipErrorIllegalAddress", "HSA_STATUS_ERROR",
-                 "device-side assert", "unspecified launch failure", "an illegal instruction",
-                 "misaligned address", "hardware exception")
-
-
 def is_sticky_device_error(message: str) -> bool:
     """A CUDA/HIP error that leaves the context unusable for every later case."""
-    low = (message or "").lower()
-    return any(w.lower() in low for w in _STICKY_WORDS)
+    return names_device_fault(message)
 
 
 # ------------------------------------------------------------ controller side

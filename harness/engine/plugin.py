@@ -30,7 +30,7 @@ from harness.engine.row import case_row
 from harness.engine.session import check_guard_names as session_check_guard_names
 from harness.engine.session import ROW_KEY, RUN, Run, default_profile, get_run
 
-DEFAULT_TARGET = "bundled"
+from harness.model.routes import DEFAULT_TARGET  # noqa: E402
 
 
 def pytest_addoption(parser):

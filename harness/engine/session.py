@@ -16,6 +16,8 @@ import pytest
 
 from harness.engine import isolation
 
+from harness.model.routes import DEFAULT_TARGET  # noqa: E402
+
 ROW_KEY = "harness_row"
 
 
@@ -23,7 +25,7 @@ def csv_list(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def check_guard_names(value: str | None, target: str = "bundled") -> None:
+def check_guard_names(value: str | None, target: str = DEFAULT_TARGET) -> None:
     """--disable-guards is for the target to judge (only the bundled library has guards):
     ValueError naming the option when it cannot honour them."""
     if not value:

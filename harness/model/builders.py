@@ -151,6 +151,11 @@ def _bits_of(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()])
 
 
+# Elements of each canary band around an output: wide enough that a write a few rows past
+# the end lands in it, not in the next allocation.
+CANARY_ELEMS = 512
+
+
 @dataclass
 class _Guarded:
     name: str
@@ -200,7 +205,8 @@ class Buffers:
         self._guarded.append(guarded)
         return guarded
 
-    def output(self, shape, dtype: torch.dtype, name: str, canary_elems: int = 512) -> torch.Tensor:
+    def output(self, shape, dtype: torch.dtype, name: str,
+               canary_elems: int = CANARY_ELEMS) -> torch.Tensor:
         """A poisoned, contiguous tensor of `shape` between two canary bands."""
         shape = tuple(int(n) for n in shape)
         numel = 1
@@ -209,7 +215,8 @@ class Buffers:
         g = self._banded(numel, dtype, name, canary_elems)
         return g.alloc[canary_elems:canary_elems + numel].view(shape)
 
-    def place(self, tensor: torch.Tensor, name: str, canary_elems: int = 512) -> torch.Tensor:
+    def place(self, tensor: torch.Tensor, name: str,
+              canary_elems: int = CANARY_ELEMS) -> torch.Tensor:
         """A contiguous copy of `tensor` between two canary bands (caller-owned buffers)."""
         out = self.output(tensor.shape, tensor.dtype, name, canary_elems)
         out.copy_(tensor)

@@ -39,8 +39,6 @@ OUTCOMES = ("match", "refused", "wrong", "silent", "corrupt", "crash", "hang",
 
 # What a failing row says about the library. `harness` rows are ours to fix.
 SEVERITIES = ("correctness", "capability", "clarity", "harness")
-_CORRECTNESS = frozenset({"wrong", "silent", "corrupt", "crash", "hang", "nondeterministic",
-                          "match"})
 
 
 def severity(outcome: str, passed: bool) -> str:

@@ -70,14 +70,6 @@ def kv_head_map(num_qo_heads: int, num_kv_heads: int) -> torch.Tensor:
     return qo * num_kv_heads // num_qo_heads
 
 
-def group_size(num_qo_heads: int, num_kv_heads: int) -> int:
-    """Hq // Hkv; NoReference when the group does not divide."""
-    if num_kv_heads <= 0 or num_qo_heads % num_kv_heads != 0:
-        raise NoReference(
-            f"num_qo_heads={num_qo_heads} is not a multiple of num_kv_heads={num_kv_heads}")
-    return num_qo_heads // num_kv_heads
-
-
 def visible_mask(qo_len: int, kv_len: int, causal: bool, window_left: int,
                  device: torch.device | str = "cpu") -> torch.Tensor:
     """Bool [qo_len, kv_len]: True where query row i may attend to kv j."""

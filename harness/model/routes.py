@@ -7,6 +7,9 @@ selected target declares.
 """
 from __future__ import annotations
 
+# The target every command tests when --target is not given: the bundled library.
+DEFAULT_TARGET = "bundled"
+
 OPS = (
     "single_prefill",   # one request, dense q/k/v
     "single_decode",    # one request, one query token

@@ -20,3 +20,17 @@ def signal_text(signal_or_exit) -> str:
         except ValueError:
             return f"signal {-signal_or_exit}"
     return f"exit {signal_or_exit}"
+
+
+# The words of a CUDA/HIP error that leaves the device context unusable for every later call
+# in the process: an exception carrying one is a crash of the case (never a refusal), and a
+# row that says one retires its worker.
+DEVICE_FAULT_WORDS = ("CUDA error", "HIP error", "hipError", "cudaError",
+                      "illegal memory access", "device-side assert", "HSA_STATUS",
+                      "memory access fault", "unspecified launch failure",
+                      "an illegal instruction", "misaligned address", "hardware exception")
+
+
+def names_device_fault(text: str) -> bool:
+    low = (text or "").lower()
+    return any(w.lower() in low for w in DEVICE_FAULT_WORDS)

@@ -17,7 +17,7 @@ import pandas as pd
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "cases" / "known_failures.json"
 FIELDS = ("arch", "case_id", "outcome", "reason")
 OPTIONAL = ("target",)
-DEFAULT_TARGET = "bundled"
+from harness.model.routes import DEFAULT_TARGET  # noqa: E402
 _OUTCOMES = ("wrong", "silent", "corrupt", "crash", "hang", "nondeterministic",
              "unexpected_refusal", "refused", "match")
 

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from harness.model.capabilities import Capabilities  # noqa: F401  (re-exported for adapters)
+from harness.model.routes import DEFAULT_TARGET
 from harness.targets.base import Skip, Target  # noqa: F401  (re-exported for adapters)
 
 TARGETS = {
@@ -33,7 +34,7 @@ TARGETS = {
     "flaggems": "harness.targets.flaggems",
     "vllm-cpu": "harness.targets.vllm_cpu",
 }
-DEFAULT = "bundled"
+DEFAULT = DEFAULT_TARGET
 ENTRY_POINT_GROUP = "attention_harness.targets"
 ALIASES_ENV = "HARNESS_TARGETS"
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -143,7 +143,12 @@ def standalone_unsupported(case) -> str | None:
     if case.op not in _STANDALONE_OPS:
         return f"the standalone script covers {', '.join(_STANDALONE_OPS)}, not {case.op}"
     for key, why in (("scenario", "a multi-call scenario"), ("mismatch", "a mis-planned run()"),
-                     ("partial_state", "a run() merging into a partial state")):
+                     ("partial_state", "a run() merging into a partial state"),
+                     ("logits_soft_cap", "a soft cap"), ("sinks", "attention sinks"),
+                     ("alibi_slopes", "ALiBi"), ("kv_dtype", "an fp8 KV cache"),
+                     ("k_scale", "a k_scale"), ("v_scale", "a v_scale"),
+                     ("q_len_per_req", "multi-token decode"), ("custom_mask", "a custom mask"),
+                     ("malformed", "a malformed feature argument")):
         if params.get(key):
             return f"{why} ({key}) has no standalone script yet"
     strided = params.get("strided")

@@ -72,9 +72,10 @@ from typing import Any, Mapping
 
 import torch
 
+from harness.model.builders import CANARY_ELEMS
 from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target, device_platform
-from harness.targets.case_calls import CaseCalls
+from harness.targets.case_calls import CaseCalls, first_rows
 from harness.targets.layout import block_table, build_paged, to_layout
 from harness.targets.plan_run.mixed import decode_first
 from harness.targets.plan_run.mismatch import perturb, perturb_ragged, planned_rows, short_rows
@@ -93,7 +94,8 @@ CAPABILITIES = Capabilities(
     head_dims=frozenset(range(8, 257, 8)),
     layouts=frozenset({"NHD", "HND"}),
     call_forms=frozenset({"out", "lse"}),
-    features=frozenset(),
+    # flash-attn's softcap and alibi_slopes ([Hq] fp32, bottom-right positions, the q head's).
+    features=frozenset({"softcap", "alibi"}),
     # One call, no plan(): cu_seqlens, seqused_k and max_seqlen_* describe the batch, and
     # the tensors handed with them may disagree (num_kv_heads and page_size: no argument
     # states them, see _MISMATCH_NO_ANALOGUE).
@@ -155,15 +157,6 @@ def window_size(causal: bool, window_left: int) -> tuple[int, int]:
     return (window_left, 0 if causal else -1)
 
 
-def _rows(t: torch.Tensor, rows: int) -> torch.Tensor:
-    """The first `rows` rows; rows a short run never produced read NaN."""
-    if t.shape[0] >= rows:
-        return t[:rows]
-    pad = torch.full((rows - t.shape[0], *t.shape[1:]), float("nan"), dtype=t.dtype,
-                     device=t.device)
-    return torch.cat([t, pad])
-
-
 class FgCall(CaseCalls):
     """One case's call to flash_attn_varlen_func."""
 
@@ -175,16 +168,33 @@ class FgCall(CaseCalls):
         p = self.problem
         per_row = p.num_qo_heads * p.head_dim_vo
         return self.views.output("out", (rows, p.num_qo_heads, p.head_dim_vo), p.dtype,
-                                 512 + short_rows(self) * per_row)
+                                 CANARY_ELEMS + short_rows(self) * per_row)
 
     def index(self, name: str, values) -> torch.Tensor:
         return self.views.index(name, values, self.device)
+
+    def features_kw(self) -> dict:
+        """softcap= and alibi_slopes= where the case has them (a call without features
+        stays the call it was)."""
+        p, kw = self.problem, {}
+        if self.params.get("logits_soft_cap"):
+            kw["softcap"] = p.logits_soft_cap
+        if self.params.get("alibi_slopes") not in (None, False):
+            slopes = p.alibi_slopes
+            bad = self.params.get("malformed") or {}
+            if bad.get("field") == "alibi_slopes":
+                n = int(bad["length"])
+                slopes = torch.cat([slopes, slopes[-1:].repeat(max(0, n - slopes.numel()))])[:n]
+            kw["alibi_slopes"] = self.views.input("alibi_slopes",
+                                                  slopes.contiguous().to(self.device))
+        return kw
 
     def call(self, q, k, v, cu_seqlens_q, *, cu_seqlens_k=None, seqused_k=None, table=None):
         """flash_attn_varlen_func over the planned problem; the logical outputs."""
         p = self.problem
         out_rows, rows = planned_rows(self)
         out = self.out(out_rows)
+        feats = self.features_kw()
         self.views.check_used()
         self.buffers.stage("run")
         try:
@@ -193,11 +203,11 @@ class FgCall(CaseCalls):
                 cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=table,
                 softmax_scale=self.sm_scale, causal=p.causal,
                 window_size=window_size(p.causal, p.window_left),
-                return_softmax_lse=p.return_lse, out=out)
+                return_softmax_lse=p.return_lse, out=out, **feats)
         except AssertionError as error:
             raise LibraryAssertionError.from_assert(error).with_traceback(
                 error.__traceback__) from None
-        result = {"o": _rows(out, rows)}
+        result = {"o": first_rows(out, rows)}
         if p.return_lse:
             lse = res[1]
             want = (p.num_qo_heads, out_rows)
@@ -206,7 +216,7 @@ class FgCall(CaseCalls):
             else:
                 # Not the documented (nheads, total_q): nothing to read a row from.
                 lse = torch.full(want[::-1], float("nan"), device=out.device)
-            result["lse"] = _rows(lse.float(), rows)
+            result["lse"] = first_rows(lse.float(), rows)
         return result
 
 
@@ -342,6 +352,9 @@ class FlagGemsTarget(Target):
         field = (params.get("mismatch") or {}).get("field")
         if field in _MISMATCH_NO_ANALOGUE:
             raise Skip(_MISMATCH_NO_ANALOGUE[field])
+        bad = (params.get("malformed") or {}).get("field")
+        if bad not in (None, "alibi_slopes"):
+            raise Skip(f"flash_attn_varlen_func takes no {bad}")
         c = FgCall(case, problem, buffers, self.fn)
         return ROUTE_FNS[case.op](c)
 

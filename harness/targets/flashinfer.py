@@ -100,6 +100,23 @@ class FiCall(Call):
             raise Skip("FlashInfer's paged run() takes no partial_state to merge into")
         return None
 
+    def route_features(self, op: str) -> tuple[frozenset, frozenset]:
+        return ROUTE_FEATURES.get(op, frozenset()), frozenset()
+
+
+# What FlashInfer's documented API carries, per op. Its ALiBi slopes are its own fixed
+# geometric series (pos_encoding_mode="ALIBI"), not a caller's, and its fa2 decode and
+# prefill wrappers take no sinks: neither is mapped. q_len_per_req of its decode wrapper
+# is read by the trtllm-gen backend alone, so a verify step goes through the paged prefill
+# wrapper, causal, n rows a request: FlashInfer's own form of multi-token decode.
+ROUTE_FEATURES = {
+    "single_prefill": frozenset({"softcap", "custom_mask"}),
+    "single_decode": frozenset({"softcap"}),
+    "paged_prefill": frozenset({"softcap", "fp8_kv", "custom_mask"}),
+    "ragged_prefill": frozenset({"softcap"}),
+    "batch_decode": frozenset({"softcap", "fp8_kv", "multi_token_decode"}),
+}
+
 
 def natural_lse(lse2: torch.Tensor) -> torch.Tensor:
     """FlashInfer's log2-sum-exp2 as the natural log the reference uses."""
@@ -119,10 +136,14 @@ def single_prefill(c: FiCall) -> dict:
     q = c.views.input("q", p.q[0].contiguous())
     k = c.views.input("k", to_layout(p.k[0], c.layout))
     v = c.views.input("v", to_layout(p.v[0], c.layout))
+    feats = c.soft_cap_kw()
+    mask = c.custom_mask_arg(flat=False)
+    if mask is not None:
+        feats["custom_mask"] = mask
     c.ready("run")
     res = c.fi.single_prefill_with_kv_cache(
         q, k, v, causal=p.causal, kv_layout=c.layout, window_left=p.window_left,
-        sm_scale=c.sm_scale, backend=_backend(c), return_lse=p.return_lse)
+        sm_scale=c.sm_scale, backend=_backend(c), return_lse=p.return_lse, **feats)
     out, lse = res if p.return_lse else (res, None)
     return c.result(out, lse)
 
@@ -136,10 +157,11 @@ def single_decode(c: FiCall) -> dict:
     q = c.views.input("q", p.q[0][0].contiguous())
     k = c.views.input("k", to_layout(p.k[0], c.layout))
     v = c.views.input("v", to_layout(p.v[0], c.layout))
+    feats = c.soft_cap_kw()
     c.ready("run")
     res = c.fi.single_decode_with_kv_cache(
         q, k, v, kv_layout=c.layout, window_left=p.window_left, sm_scale=c.sm_scale,
-        use_tensor_cores=c.case.backend == "fi_tc", return_lse=p.return_lse)
+        use_tensor_cores=c.case.backend == "fi_tc", return_lse=p.return_lse, **feats)
     out, lse = res if p.return_lse else (res, None)
     return c.result(out.unsqueeze(0), None if lse is None else lse.unsqueeze(0))
 
@@ -167,10 +189,20 @@ def merge_state(c: FiCall) -> dict:
     return merged(c, halves)
 
 
+def batch_decode(c: FiCall) -> dict:
+    """One row a request through the decode wrapper; a multi-token decode (q_len_per_req n)
+    through the paged prefill wrapper: qo_indptr steps by n, causal, bottom-right aligned."""
+    from harness.targets.plan_run.routes import plan_and_run, prepare_paged_prefill, run_batch
+    if int(c.params.get("q_len_per_req", 1)) > 1:
+        return plan_and_run(c, prepare_paged_prefill(c))
+    return run_batch(c)
+
+
 # FlashInfer's own calls where they differ from the core's (no out=, base-2 LSE halves).
 OWN_ROUTES = {
     "single_prefill": single_prefill,
     "single_decode": single_decode,
+    "batch_decode": batch_decode,
     "merge_state": merge_state,
 }
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill", "batch_decode",
@@ -184,7 +216,9 @@ class FlashInferTarget(Target):
     # plan()/run() wrappers with CUDA-graph caller buffers, fp16/bf16 only; its planner
     # picks its own KV split and its paged run() merges no partial state.
     capabilities = Capabilities(ops=frozenset(OPS), dtypes=frozenset({"fp16", "bf16"}),
-                                features=frozenset({"plan_run", "graphs", "restage"}),
+                                features=frozenset({"plan_run", "graphs", "restage", "softcap",
+                                                    "fp8_kv", "custom_mask",
+                                                    "multi_token_decode"}),
                                 metadata=PLAN_METADATA)
 
     def __init__(self, fi, device: torch.device, routes: tuple[str, ...]):

@@ -13,12 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.model.builders import every_other, head_sliced, strided_last_dim
+from harness.model.builders import CANARY_ELEMS, every_other, head_sliced, strided_last_dim
 from harness.targets.base import Skip
 
-# Index tensors the strided family may name; every other name is a float tensor.
-INDEX_TENSORS = ("qo_indptr", "kv_indptr", "kv_indices", "last_page_len",
-                 "query_start_loc", "seq_lens", "block_table")
 INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
 
 
@@ -55,7 +52,7 @@ class Views:
         self.buffers.watch(t, name)
         return t
 
-    def output(self, name: str, shape, dtype, canary_elems: int = 512) -> torch.Tensor:
+    def output(self, name: str, shape, dtype, canary_elems: int = CANARY_ELEMS) -> torch.Tensor:
         """A canary-banded, NaN-poisoned output; strided when the case names it."""
         shape = tuple(int(n) for n in shape)
         if self.strided == name:

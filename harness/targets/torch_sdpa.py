@@ -97,6 +97,11 @@ def _additive(mask: torch.Tensor | None, dtype: torch.dtype, align: int = 1) -> 
     """
     if mask is None:
         return None
+    if mask.dtype != torch.bool:      # already a float bias (ALiBi): [..., L, S]
+        *lead, rows, cols = mask.shape
+        padded = -(-cols // align) * align
+        bias = torch.empty(*lead, rows, padded, dtype=dtype, device=mask.device)[..., :cols]
+        return bias.copy_(mask)
     rows, cols = mask.shape
     padded = -(-cols // align) * align
     bias = torch.zeros(rows, padded, dtype=dtype, device=mask.device)[:, :cols]
@@ -108,7 +113,9 @@ def _additive(mask: torch.Tensor | None, dtype: torch.dtype, align: int = 1) -> 
 def _bias4d(q, mask):
     """[B, Hq, L, S] view of the aligned additive mask, the shape SDPA hands the CUDA ops."""
     bias = _additive(mask, q.dtype, 16)
-    return None if bias is None else bias.expand(q.shape[0], q.shape[1], *bias.shape)
+    if bias is None:
+        return None
+    return bias.expand(q.shape[0], q.shape[1], *bias.shape[-2:])
 
 
 def _lse_cpu_flash(q, k, v, mask, is_causal, scale):
@@ -224,7 +231,10 @@ class SdpaTarget(Target):
     probe_notes: dict = field(default_factory=dict)
     name: str = "torch-sdpa"
     # No out= buffer, no plan(): the LSE comes from each backend's own op where it has one.
-    capabilities = Capabilities(ops=frozenset(OPS), call_forms=frozenset({"lse"}))
+    # Of the features only ALiBi has SDPA's form, an additive float mask; a soft cap is a
+    # function of the logits (no bias can be it) and a sink is no key's.
+    capabilities = Capabilities(ops=frozenset(OPS), call_forms=frozenset({"lse"}),
+                                features=frozenset({"alibi"}))
 
     @property
     def routes(self) -> tuple[str, ...]:
@@ -268,6 +278,8 @@ class SdpaTarget(Target):
         is_causal = mask is not None and qo_len == kv_len and p.window_left < 0
         if is_causal:
             mask = None
+        if case.params.get("alibi_slopes") not in (None, False):
+            mask, is_causal = alibi_bias(p, mask, is_causal), False
         if case.expect == "match":
             why = envelope_refusal(backend, p.device, p.dtype, p.num_qo_heads, p.num_kv_heads,
                                    p.head_dim, p.head_dim_vo, qo_len, kv_len, mask, is_causal)
@@ -307,12 +319,37 @@ class SdpaTarget(Target):
 
     def standalone_source(self, case) -> str | None:
         """`def call(inputs) -> dict` for the standalone script (Target.standalone_source)."""
+        if case.params.get("alibi_slopes") not in (None, False):
+            raise Skip("ALiBi has no standalone script yet")
         for key, why in _NO_ANALOGUE.items():
             if case.params.get(key) is not None:
                 raise Skip(why)
         if case.backend not in self.backends or case.op not in OPS:
             raise Skip(f"torch-sdpa has no route {case.route!r} on this machine")
         return standalone_call_source(case, self.device)
+
+
+def alibi_bias(p, mask, is_causal: bool) -> torch.Tensor:
+    """ALiBi as SDPA's additive float mask [1, Hq, L, S]: slope[h] * (j - pos_i), pos_i
+    bottom-right aligned as causal is, -inf where the boolean mask hides a key.
+
+    SDPA takes a float mask only in q's dtype: in fp16 / bf16 the bias itself is rounded
+    (|slope * distance| ~ 30 moves by ~0.06, far past any tolerance), so only fp32 has a
+    faithful form; the others are skipped, naming why."""
+    if p.dtype != torch.float32:
+        raise Skip(f"ALiBi reaches SDPA only as a float mask in q's dtype ({p.dtype_name}), "
+                   f"which rounds the bias itself")
+    qo_len, kv_len = p.qo_lens[0], p.kv_lens[0]
+    if is_causal:
+        mask = bottom_right_mask(qo_len, kv_len, True, -1, p.device)
+    i = torch.arange(qo_len, device=p.device, dtype=torch.float32).unsqueeze(1)
+    j = torch.arange(kv_len, device=p.device, dtype=torch.float32).unsqueeze(0)
+    dist = j - (i + (kv_len - qo_len))
+    slopes = p.alibi_slopes.to(device=p.device, dtype=torch.float32).view(-1, 1, 1)
+    bias = slopes * dist
+    if mask is not None:
+        bias = bias.masked_fill(~mask, float("-inf"))
+    return bias.unsqueeze(0).to(p.dtype)
 
 
 def _call_sdpa(backend, q, k, v, mask, is_causal, scale, gqa) -> torch.Tensor:
@@ -429,6 +466,11 @@ def _mask(qo_len, kv_len, device):
 def _additive(mask, dtype, align=1):
     if mask is None:
         return None
+    if mask.dtype != torch.bool:      # already a float bias (ALiBi): [..., L, S]
+        *lead, rows, cols = mask.shape
+        padded = -(-cols // align) * align
+        bias = torch.empty(*lead, rows, padded, dtype=dtype, device=mask.device)[..., :cols]
+        return bias.copy_(mask)
     rows, cols = mask.shape
     padded = -(-cols // align) * align
     bias = torch.zeros(rows, padded, dtype=dtype, device=mask.device)[:, :cols]
@@ -437,7 +479,9 @@ def _additive(mask, dtype, align=1):
 
 def _bias4d(q, mask):
     bias = _additive(mask, q.dtype, 16)
-    return None if bias is None else bias.expand(q.shape[0], q.shape[1], *bias.shape)
+    if bias is None:
+        return None
+    return bias.expand(q.shape[0], q.shape[1], *bias.shape[-2:])
 
 
 def _heads_of(q, k, v):

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.model.case import Case
+from harness.model.routes import DEFAULT_TARGET
 
 EXIT_PASS, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ROUND_EXAMPLES = 40        # examples a search round generates before the next family's turn
@@ -70,7 +71,7 @@ def parse_budget(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Values are read as text and checked in main, so a bad one is one line naming it.
-    parser.add_argument("--target", default="bundled", help="library under test [bundled]")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="library under test [bundled]")
     parser.add_argument("--route", default=None, help="routes, comma-separated [all the target's]")
     parser.add_argument("--family", default=None,
                         help="families whose space to search, comma-separated "

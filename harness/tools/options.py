@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.engine.child import child_env  # noqa: F401  (one environment for every child)
 
-DEFAULT_TARGET = "bundled"
+from harness.model.routes import DEFAULT_TARGET  # noqa: E402,F401
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNKNOWN_CASE, EXIT_BUILD = 0, 1, 2, 4, 5
 EXIT_INTERRUPTED, EXIT_PIPE = 130, 141   # the shell's codes for SIGINT and SIGPIPE

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import shlex
 
-DEFAULT_TARGET = "bundled"
+from harness.model.routes import DEFAULT_TARGET  # noqa: E402
 
 
 def repro_args(case_id: str, target: str | None = None, disable_guards: str | None = None,

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness.model.routes import DEFAULT_TARGET
 from harness.results import table
 from harness.tools.repro_command import repro_args
 
@@ -140,7 +141,7 @@ def replay(row_or_case_id: Mapping[str, Any] | str, target: str | None = None,
     tool_path = tool_path or find_tool()
     if tool_path is None:
         return no_report(tool, f"{EXECUTABLE} not found")
-    argv = replay_command(case_id, target or "bundled", disable_guards, tool, tool_path, cases_file)
+    argv = replay_command(case_id, target or DEFAULT_TARGET, disable_guards, tool, tool_path, cases_file)
     try:
         status, text = _run_group(argv, replay_env(), timeout)
     except OSError as e:

@@ -200,13 +200,13 @@ def _diff(old: dict, new: dict) -> str:
 
 # ---- trials in a subprocess ------------------------------------------------------------------
 
-def trial_command(case_id: str, case_file: Path, target: str = "bundled",
+def trial_command(case_id: str, case_file: Path, target: str = DEFAULT_TARGET,
                   disable_guards: str | None = None, python: str = "python") -> list[str]:
     """`repro` on a JSON case file: the same command a person re-runs by hand."""
     return [python, "-m", "harness", *repro_args(case_id, target, disable_guards, case_file)]
 
 
-def subprocess_step(target: str = "bundled", disable_guards: str | None = None,
+def subprocess_step(target: str = DEFAULT_TARGET, disable_guards: str | None = None,
                     timeout: float = 300.0, python: str | None = None,
                     workdir: str | None = None) -> Step:
     """A step running each trial in the one child runner (harness/engine/child.py): one
@@ -250,7 +250,7 @@ def write_case_file(case: Case, out_dir: Path) -> Path:
     return path
 
 
-def repro_command(case: Case, case_file: Path, target: str = "bundled",
+def repro_command(case: Case, case_file: Path, target: str = DEFAULT_TARGET,
                   disable_guards: str | None = None) -> str:
     """The trial's command as a person types it: the `harness` console script."""
     return typed(repro_args(case.id, target, disable_guards, case_file))

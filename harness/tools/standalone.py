@@ -10,6 +10,8 @@ crashes the script the same way, since the script simply makes the call.
 """
 from __future__ import annotations
 
+from harness.model.routes import DEFAULT_TARGET
+
 import ast
 import base64
 import importlib.util
@@ -205,7 +207,7 @@ def write_standalone(case, target_spec, row: dict, path, disable_guards: str | N
     return path
 
 
-def write_class_repros(table_rows, out_dir, target_spec: str = "bundled",
+def write_class_repros(table_rows, out_dir, target_spec: str = DEFAULT_TARGET,
                        disable_guards: str | None = None) -> list[tuple[str, str]]:
     """One standalone script per failure class of a table's rows (its first row), under
     out_dir. Returns (case id, path or the reason none was written) per class."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from harness.model.builders import CANARY_ELEMS
 from harness.targets.base import Skip
-from harness.targets.case_calls import CaseCalls
+from harness.targets.case_calls import CaseCalls, first_rows
 from harness.targets.plan_run.mismatch import short_rows
 
 WORKSPACE_BYTES = 32 << 20
@@ -34,13 +35,13 @@ class Call(CaseCalls):
         p = self.problem
         per_row = p.num_qo_heads * p.head_dim_vo
         return self.views.output(name, (rows, p.num_qo_heads, p.head_dim_vo), p.dtype,
-                                 512 + short_rows(self) * per_row)
+                                 CANARY_ELEMS + short_rows(self) * per_row)
 
     def lse(self, rows: int, name: str = "lse"):
         if not self.problem.return_lse or not self.caller_outputs:
             return None
         return self.views.output(name, (rows, self.problem.num_qo_heads), torch.float32,
-                                 512 + short_rows(self) * self.problem.num_qo_heads)
+                                 CANARY_ELEMS + short_rows(self) * self.problem.num_qo_heads)
 
     def outputs(self, returned, out, lse):
         """What the caller reads: the buffers it handed over, else what the call returned."""
@@ -213,14 +214,9 @@ class Call(CaseCalls):
     def result(self, out, lse, rows: int | None = None) -> dict:
         """The first `rows` rows; rows a short run never produced read NaN."""
         rows = out.shape[0] if rows is None else rows
-        res = {"o": _rows(out, rows)}
+        res = {"o": first_rows(out, rows)}
         if self.problem.return_lse:
-            res["lse"] = _rows(lse, rows)
+            res["lse"] = first_rows(lse, rows)
         return res
 
 
-def _rows(t: torch.Tensor, rows: int) -> torch.Tensor:
-    if t.shape[0] >= rows:
-        return t[:rows]
-    pad = torch.full((rows - t.shape[0], *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
-    return torch.cat([t, pad])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.model.builders import CANARY_ELEMS
 from harness.targets.base import Skip
 
 
@@ -73,7 +74,7 @@ def banded(c, shape, dtype, name, capacity_rows):
     per_row = 1
     for n in shape[1:]:
         per_row *= int(n)
-    return c.buffers.output(shape, dtype, name, canary_elems=max(512, capacity_rows * per_row))
+    return c.buffers.output(shape, dtype, name, canary_elems=max(CANARY_ELEMS, capacity_rows * per_row))
 
 
 def graph_io(c, paged, cap: Capacity):
