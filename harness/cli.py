@@ -130,6 +130,9 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         "with this tool and keep its first report in the row (GPU only)")
     p.add_argument("--sanitizer-all", action="store_true",
                    help="with --sanitizer: replay every row, not only the failing ones")
+    p.add_argument("--max-case-bytes", type=count(1), default=None,
+                   help="a case estimated past this many bytes is a skipped row "
+                        "[half of MemAvailable]")
     p.add_argument("--junitxml", default=None, metavar="FILE",
                    help="also write the rows as JUnit XML here (docs/ci.md)")
     p.add_argument("--summary-json", default=None, metavar="FILE",

@@ -14,7 +14,7 @@ import pandas as pd
 
 from harness.model.classify import OUTCOMES  # noqa: F401  (one outcome list, re-exported)
 from harness.results.failure_classes import OUTCOME_ORDER
-from harness.tools.repro_command import repro_args, typed
+from harness.results.repro_command import repro_args, typed
 from harness.results.table import COLUMNS, load_table
 
 # Worst first: the order a failing cell or table sorts by.

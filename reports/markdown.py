@@ -6,7 +6,7 @@ import re
 import pandas as pd
 
 from harness.results.failure_classes import failure_classes, verdict
-from harness.tools.sanitizer import report_of, where_text
+from harness.results.sanitizer_report import report_of, where_text
 
 from . import OUTCOMES, fmt_diff, fmt_wrong, prepare, repro_command, sort_failures_first
 from .compare import arches, by_arch, compare, summary

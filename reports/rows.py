@@ -5,7 +5,7 @@ import json
 import re
 from typing import Any
 
-from harness.tools.sanitizer import report_of, where_text
+from harness.results.sanitizer_report import report_of, where_text
 
 from . import error_ratio, fmt_diff, fmt_wrong, guards_of, is_missing, params_text, repro_command
 

@@ -22,6 +22,13 @@ import os
 from pathlib import Path
 
 SLOW = {
+    "test_faults_runs.py::test_a_second_run_on_a_held_table_exits_2_naming_it_and_the_holder": 37,
+    "test_faults_runs.py::test_a_stopped_worker_is_ended_by_the_watchdog_and_its_case_is_a_hang_row": 25,
+    "test_faults_runs.py::test_kill_9_of_the_parent_leaves_no_process_and_resume_has_no_duplicates": 20,
+    "test_faults_runs.py::test_a_torn_last_line_is_unwritten_and_the_resume_reruns_its_case": 15,
+    "test_faults_runs.py::test_a_full_disk_stops_the_run_with_one_line_and_whole_rows": 10,
+    "test_target_dialects.py::test_an_installed_target_catches_its_planted_defect_everywhere": 40,
+    "test_target_dialects.py::test_a_target_from_a_file_runs_under_check_and_explore": 30,
     "test_isolation.py::test_every_failure_kind_is_exactly_one_row": 18,
     "test_explore.py::test_found_failures_are_saved_and_replay_the_same": 14,
     "test_kernels_build.py::test_gpu_compile_only_amd": 12,

@@ -113,7 +113,7 @@ def test_contract_of_drawn_mismatches_names_any_dtype_torchs_way():
 def _opts(tmp_path, **over) -> explore.Options:
     base = dict(target="bundled", routes=["fa2.paged_prefill", "fa2.single_prefill"],
                 families=["valid", "gqa"], budget_s=3600.0, seed=3, disable_guards=None,
-                out=tmp_path, case_timeout=None, saved=True, max_examples=400)
+                out=tmp_path, case_timeout=None, saved=True, max_examples=300)
     return explore.Options(**{**base, **over})
 
 
@@ -156,12 +156,12 @@ def test_search_shrinks_each_class_and_keeps_looking(tmp_path, monkeypatch):
     for f in found.values():
         assert [Case.from_json(d) for d in json.loads(f.path.read_text())] == [f.case]
     # Both classes found, the search went on until its example count was spent.
-    assert explorer.stats.ran == 400 and explorer.stats.rounds > 2
+    assert explorer.stats.ran == 300 and explorer.stats.rounds > 2
     lines = explore.report_lines(explorer)
     assert len(lines) == 3 and "2 failure class(es)" in lines[-1]
 
     # A second search re-runs the saved files first: both classes, no round needed.
-    again = explore.Explorer(_opts(tmp_path, max_examples=1), _fake_run)
+    again = explore.Explorer(_opts(tmp_path, max_examples=len(found)), _fake_run)
     again.search()
     assert set(again.found) == set(found) and all(f.saved for f in again.found.values())
 

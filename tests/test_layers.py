@@ -111,6 +111,18 @@ def test_no_module_imports_a_layer_above_its_own():
     assert bad == []
 
 
+def test_reports_read_results_and_model_only():
+    reports = HARNESS.parent / "reports"
+    known = set(modules())
+    bad = []
+    for path in reports.rglob("*.py"):
+        name = "reports." + ".".join(path.relative_to(reports).with_suffix("").parts)
+        for dep in imports_of(name.removesuffix(".__init__"), path, known):
+            if layer(dep) not in ("results", "model"):
+                bad.append(f"{name} -> {dep}")
+    assert bad == []
+
+
 def test_every_module_sits_in_a_layer():
     loose = [m for m in modules() if m != "harness" and layer(m) not in RANK]
     assert loose == []

@@ -288,7 +288,7 @@ STOP_PREFIX = "harness: error: "   # plugin.STOP_PREFIX: `harness check` shows t
 
 # No case may take longer than this, whatever --case-timeout and its per-element allowance
 # say: past it the watchdog ends the worker (a 128k-context case takes minutes, not hours).
-CASE_TIMEOUT_CEILING_S = 1800.0
+from harness.engine.isolation import CASE_TIMEOUT_CEILING_S  # noqa: E402
 WATCHDOG_POLL_S = 0.5
 # How long past its timeout a case's worker has to end itself (its faulthandler timer
 # dumps every thread's traceback first) before the watchdog ends it.
@@ -358,7 +358,7 @@ class Watchdog:
             # The state file is replaced at each case's start: its inode and mtime are that
             # start, seen from outside the worker.
             key = (pid, case_id, inode.st_ino)
-            began = self.started.setdefault(key, inode.st_mtime)
+            began = self.started.setdefault(key, float(state.get("started") or inode.st_mtime))
             limit = min(float(timeout), CASE_TIMEOUT_CEILING_S)
             if key in self.killed or now - began <= limit + watchdog_grace(limit):
                 continue

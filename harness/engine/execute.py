@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from harness.model import platform_info
+from harness.model import budget, platform_info
 from harness.model.builders import Buffers
 from harness.model.case import Case
 from harness.model.classify import (Verdict, classify, crash_verdict, error_text,
@@ -116,6 +116,10 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
     lacking = target.capabilities.lacks(case.op, case.params, case.requires)
     if lacking is not None:
         return done(classify(case, skip_reason=f"{target.name} lacks {lacking}"))
+    # Before any tensor is made: a case past the memory ceiling is skipped, naming both.
+    over = budget.over_ceiling(dict(case.params), budget.run_ceiling())
+    if over is not None:
+        return done(classify(case, skip_reason=over))
     try:
         return _execute(case, target, device, buffers, done)
     except Exception as error:

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ RECENT = 8                 # case ids a worker remembers for culprit replay
 RETIRE_EXIT = 86           # a worker that retires itself (unhealthy device) exits with this
 TIMEOUT_BASE_S = 60.0      # every case gets at least this long (imports, first build)
 TIMEOUT_PER_ELEMENT_S = 5e-7  # plus this per q.k product element (host loops are slow)
+# No case waits longer than this for its verdict, however big (the watchdog ends it then).
+CASE_TIMEOUT_CEILING_S = 1800.0
 
 # faulthandler's headers for the fatal signals it handles.
 _FAULT_NAMES = {
@@ -47,7 +50,8 @@ def case_timeout(params: dict, base: float | None = None) -> float:
     `base` (from --case-timeout) replaces the fixed part; the per-element part
     keeps a batch-64 split-KV case from being called a hang on a slow host.
     """
-    return (TIMEOUT_BASE_S if base is None else base) + case_work(params) * TIMEOUT_PER_ELEMENT_S
+    return min(CASE_TIMEOUT_CEILING_S, (TIMEOUT_BASE_S if base is None else base)
+               + case_work(params) * TIMEOUT_PER_ELEMENT_S)
 
 
 # ---------------------------------------------------------------- worker side
@@ -121,7 +125,7 @@ class WorkerState:
     def begin(self, case_id: str, timeout_s: float | None) -> None:
         """Before a case: record it, then arm the hang timer."""
         self.data.update(case_id=case_id, stage="start", recent=list(self.recent),
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, started=time.time())
         self._write()
         self._write_stage("start")
         if timeout_s:

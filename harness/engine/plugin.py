@@ -153,8 +153,7 @@ def setup_errors(config) -> str | None:
 
 
 def isolation_ceiling() -> float:
-    from harness.engine.controller import CASE_TIMEOUT_CEILING_S
-    return CASE_TIMEOUT_CEILING_S
+    return isolation.CASE_TIMEOUT_CEILING_S
 
 
 def _unwritable(folder: Path) -> str | None:

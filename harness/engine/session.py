@@ -6,7 +6,6 @@ write the same Run, kept on config.stash (no globals).
 """
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,9 @@ def select_cases(target_name: str, families=None, routes=None, case_id=None,
     from harness.targets import load_target
 
     if cases_file:
-        cases = [Case.from_json(d) for d in json.loads(Path(cases_file).read_text())]
+        from harness.model import budget
+        data = budget.load_cases_data(Path(cases_file).read_text(), str(cases_file))
+        cases = [Case.from_json(d) for d in data]
     else:
         cases = list(load_target(target_name).cases(families, profile or default_profile()))
     if routes:

@@ -45,7 +45,7 @@ def _seconds(value) -> str:
 
 def default_repro(row: Mapping) -> str:
     """`harness repro CASE_ID` with the row's target and guards (reports and check pass
-    the project's own builder, harness/tools/repro_command.py; this is for a bare table)."""
+    the project's own builder, harness/results/repro_command.py; this is for a bare table)."""
     args = ["harness", "repro", str(row.get("case_id", ""))]
     if row.get("target") and row.get("target") != "bundled":
         args += ["--target", str(row["target"])]

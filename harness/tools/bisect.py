@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.tools.repro_command import repro_args
+from harness.results.repro_command import repro_args
 
 GOOD, BAD, SKIP = 0, 1, 125
 # repro's exit codes that say "this commit cannot answer", not "the case fails".

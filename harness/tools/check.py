@@ -367,6 +367,8 @@ def _cmd_check(args, held: list) -> int:
 
     sanitizer_path, why = sanitizer_preflight(args)
     why = why or output_error("--html", args.html) or output_error("--markdown", args.markdown) \
+        or output_error("--junitxml", getattr(args, "junitxml", None)) \
+        or output_error("--summary-json", getattr(args, "summary_json", None)) \
         or ledger_error(args.ledger)
     if why:  # before any case runs: a run whose rows cannot be replayed is not started
         print(f"check: {why}", file=sys.stderr)
@@ -450,6 +452,7 @@ def _cmd_check(args, held: list) -> int:
     if missing:
         print(f"check: {len(missing)} case(s) have no row, e.g. {sorted(missing)[:3]}",
               file=sys.stderr)
+        ci_outputs(args, df, results, None, EXIT_FAIL)
         return EXIT_FAIL
     owns = bool(report.get("owns_contract"))
     blocking = gating(df, owns, args.strict) if len(df) else df
@@ -457,7 +460,19 @@ def _cmd_check(args, held: list) -> int:
     if findings:
         print(f"check: {findings} capability/clarity finding(s) on {args.target} do not fail "
               f"the run (--strict makes them fail)")
-    return EXIT_FAIL if len(blocking) or ledger_errors else EXIT_PASS
+    code = EXIT_FAIL if len(blocking) or ledger_errors else EXIT_PASS
+    ci_outputs(args, df, results, blocking, code)
+    return code
+
+
+def ci_outputs(args, df, results: Path, blocking, code: int) -> None:
+    """--junitxml, --summary-json and, on GitHub Actions, the annotations and step summary:
+    written once the exit status is known, so they say what it says (docs/ci.md)."""
+    junitxml, summary_json = getattr(args, "junitxml", None), getattr(args, "summary_json", None)
+    if junitxml or summary_json or os.environ.get("GITHUB_ACTIONS") == "true":
+        from harness.tools.ci_outputs import write_ci_outputs
+        write_ci_outputs(df, results=results, blocking=blocking, exit_code=code,
+                         junitxml=junitxml, summary_json=summary_json)
 
 
 def sanitizer_preflight(args) -> tuple[str | None, str | None]:

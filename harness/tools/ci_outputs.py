@@ -3,7 +3,7 @@
 `harness check --junitxml FILE --summary-json FILE` calls write_ci_outputs() after it has
 read the table (and applied the ledger); `python -m harness.tools.ci_outputs TABLE ...`
 writes the same files from a table a finished run left (a CI step after `make check`).
-Every repro command in them is the one `harness repro` takes (harness/tools/repro_command.py).
+Every repro command in them is the one `harness repro` takes (harness/results/repro_command.py).
 With GITHUB_ACTIONS=true, one annotation line per failure class goes to stdout, where
 the runner turns it into an annotation on the run.
 """
@@ -17,7 +17,7 @@ from typing import Mapping
 
 from harness.results.junit import write_junit
 from harness.results.summary_json import annotations, step_summary, summary, write_summary
-from harness.tools.repro_command import repro_args, typed
+from harness.results.repro_command import repro_args, typed
 
 
 def row_repro(row: Mapping) -> str:

@@ -267,6 +267,12 @@ class Explorer:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def shrink_spent(self, ran_at_find: int) -> bool:
+        """A count-bounded search gives each shrink its share of the examples, as a
+        clock-bounded one gives it its share of the time."""
+        n = self.opts.max_examples
+        return n is not None and self.stats.ran - ran_at_find >= max(1, int(SHRINK_SHARE * n))
+
     def spent(self) -> bool:
         """The example count, when one bounds the search, is used up."""
         return self.opts.max_examples is not None and self.stats.ran >= self.opts.max_examples
@@ -347,6 +353,8 @@ class Explorer:
             stop = self.deadline
             if state["key"] is not None:
                 stop = min(stop, state["t0"] + self.shrink_allowance)
+                if self.shrink_spent(state["ran0"]):
+                    return False   # the class is kept as shrunk so far
             row = self.result(case, stop)
             if row is None or row["pass"]:
                 return False

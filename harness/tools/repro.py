@@ -89,7 +89,7 @@ def cmd_repro(args) -> int:
 def repro_standalone(args, given) -> int:
     """The case's row as usual, then a script that reproduces it with torch and the library
     alone (harness/tools/standalone.py). Exit 2, one line, when none can be written."""
-    from harness.tools.repro_command import repro_args, typed
+    from harness.results.repro_command import repro_args, typed
     from harness.tools.standalone import Unavailable, write_standalone
     out_path = getattr(args, "output", None)
     if not out_path:

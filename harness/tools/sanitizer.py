@@ -14,7 +14,6 @@ sanitizer only adds information: it never changes a row's verdict or the run's e
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -26,7 +25,8 @@ from typing import Any, Callable, Mapping
 
 from harness.model.routes import DEFAULT_TARGET
 from harness.results import table
-from harness.tools.repro_command import repro_args
+from harness.results.sanitizer_report import report_of, where_text  # noqa: F401
+from harness.results.repro_command import repro_args
 
 TOOLS = ("memcheck", "initcheck", "racecheck")
 EXECUTABLE = "compute-sanitizer"
@@ -79,7 +79,7 @@ def preflight(tool: str | None, replay_all: bool) -> tuple[str | None, str | Non
 
 def replay_command(case_id: str, target: str, disable_guards: str | None, tool: str,
                    tool_path: str, cases_file: str | None = None) -> list[str]:
-    """The tool around `repro --in-process --json` (harness/tools/repro_command.py's arguments)."""
+    """The tool around `repro --in-process --json` (harness/results/repro_command.py's arguments)."""
     argv = [tool_path, "--tool", tool, "--print-limit", "1",
             "--error-exitcode", str(ERROR_EXITCODE), sys.executable, "-m", "harness",
             *repro_args(case_id, target, disable_guards or None)]
@@ -344,14 +344,6 @@ def summary_line(report: Mapping[str, Any]) -> str:
     return text + (f": {where}" if where else "")
 
 
-def where_text(report: Mapping[str, Any]) -> str:
-    """The report's `where`, with its address when it reads "is 4 bytes after ..."."""
-    where = report.get("where") or ""
-    if where.startswith("is ") and report.get("address"):
-        where = f"address {report['address']} {where}"
-    return where
-
-
 def parse(text: str, tool: str | None = None) -> dict | None:
     """compute-sanitizer's first report in `text` as {tool, kind, kernel, access, size, address,
     where, source, summary}; None when it reported no error.
@@ -446,13 +438,3 @@ def replay_table(path: str | os.PathLike, tool: str, tool_path: str, target: str
         if reports:
             attach(path, reports)
     return len(by_case)
-
-
-def report_of(value: Any) -> dict | None:
-    """A row's `sanitizer` value as a dict (it may come back as JSON text), else None."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    return dict(value) if isinstance(value, Mapping) else None

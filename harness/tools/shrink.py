@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 
 from harness.model.case import Case, dtype_tag
 from harness.tools.options import DEFAULT_TARGET
-from harness.tools.repro_command import repro_args, typed
+from harness.results.repro_command import repro_args, typed
 
 LEGAL_HEAD_DIMS = (16, 32, 64, 128, 256)
 # A step answers (outcome, passed) for a case, or None when the trial is not a valid case.

@@ -194,7 +194,7 @@ def write_standalone(case, target_spec, row: dict, path, disable_guards: str | N
     """Write the standalone script for `case` (its harness row `row`) on the target named
     by `target_spec` (a registry name, module:factory or a file). Raises Unavailable."""
     from harness.targets import load_target
-    from harness.tools.repro_command import repro_args, typed
+    from harness.results.repro_command import repro_args, typed
     path = Path(path)
     if command is None:
         spec = target_spec if isinstance(target_spec, str) else getattr(target_spec, "name", None)
