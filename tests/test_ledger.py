@@ -108,3 +108,15 @@ def test_entries_apply_per_target(tmp_path):
     assert not errors
     by_target = out.set_index("target")["pass"].to_dict()
     assert by_target == {"torch-sdpa": True, "bundled": False}
+
+
+def test_an_entry_may_name_the_outcomes_a_case_takes_from_run_to_run(tmp_path):
+    path = write(tmp_path, [entry("a", outcome="crash|wrong"), entry("c", outcome="silent|wrong")])
+    df, errors = apply_ledger(rows(), "gfx942", path)
+    a = df[(df.case_id == "a") & (df.arch == "gfx942")].iloc[0]
+    assert a["pass"] and a["ledger"]
+    # c crashed, an outcome its entry does not name: still failing, and said so.
+    assert not df[df.case_id == "c"].iloc[0]["pass"]
+    assert any("c on" in e and "crash" in e for e in errors), errors
+    with pytest.raises(ValueError, match="outcome"):
+        load_ledger(write(tmp_path, [entry("a", outcome="crash|nosuch")]))

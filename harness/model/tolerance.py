@@ -34,6 +34,16 @@ scale) and dominates at large logits, where a right fp32 kernel on the H200
 (D 256, |LSE| ~ 150) landed at 5-6x the baseline's error. An element is wrong when |got - ref| exceeds
 the tolerance, or when got is NaN/inf where the reference is finite.
 
+Features (reference.py). None adds a term of its own. A soft cap, ALiBi and sinks change
+the logits and the denominator, and the baseline computes them as a kernel does (fp32
+tanh, fp32 bias, the sink in the fp32 sum), so their rounding is in K x the baseline's
+error; a large |LSE| from them is in the logit term. An fp8 KV cache's quantization is the
+problem's, not the library's: the reference and the baseline both dequantize the exact
+stored bytes (stored * scale, the baseline in fp32 as a kernel does), so what is left for
+the library is the same fp32 accumulation and output rounding as for a 16-bit cache, and
+the bound stays that tight: an answer computed from the values before quantization is
+several bounds away (tests/test_features_model.py).
+
 LSE. Every library returns it in fp32 whatever the output dtype, and it is
 not rounded to the dtype, so it has its own absolute tolerance in
 natural-log units: LSE_ATOL, plus a few fp32 ulps of its magnitude (an LSE of
