@@ -14,7 +14,8 @@
   custom_mask         random, tree and one-empty-row masks, with a window, a split, sinks
 
 crossed with dtypes, head sizes and GQA groups by rotation (variant i takes DTYPES[i % 3],
-...), so every dtype meets every feature without the full product. Adversarial (refuse):
+...), so every dtype meets every feature without the full product; the full profile runs
+every valid variant in every dtype. Adversarial (refuse):
 sinks of the wrong length, slopes per kv head, scales that are not one value, q rows that
 q_len_per_req does not divide, a custom mask of the wrong size, causal with a mask. Each
 case lists its features in Case.requires, so a target without one skips it by capability.
@@ -216,6 +217,15 @@ def _tag(params: dict) -> str:
     return "-".join(bits)
 
 
+def _dtypes(params: dict, profile: str) -> Iterator[dict]:
+    """ci: the variant's own dtype (the rotation covers all three); full: every dtype."""
+    yield params
+    if profile == "full":
+        for dtype in DTYPES:
+            if dtype != params["dtype"]:
+                yield {**params, "dtype": dtype}
+
+
 def cases(routes, profile: str = "ci") -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
@@ -224,9 +234,10 @@ def cases(routes, profile: str = "ci") -> Iterator[Case]:
         for feature, make in VALID.items():
             if op not in ROUTES_OF[feature]:
                 continue
-            for variant, params in make(op):
-                yield Case(route=route, family=FAMILY, variant=f"{feature}.{variant}",
-                           params=params, tag=_tag(params), requires=requires(params))
+            for variant, drawn in make(op):
+                for params in _dtypes(drawn, profile):
+                    yield Case(route=route, family=FAMILY, variant=f"{feature}.{variant}",
+                               params=params, tag=_tag(params), requires=requires(params))
         for variant, params, words in _adversarial(op):
             yield Case(route=route, family=FAMILY, variant=f"refuse.{variant}", params=params,
                        expect="refuse", refuse_words=words, tag=_tag(params),

@@ -270,8 +270,16 @@ def test_adversarial_variants_name_the_field_and_the_values():
         assert field in c.params or field == (c.params.get("malformed") or {}).get("field"), c.id
 
 
-def test_ci_profile_stays_small():
-    assert len(generate(["features"], profile="ci")) <= 450
+def test_ci_profile_stays_small_and_full_runs_every_variant_in_every_dtype():
+    ci = generate(["features"], profile="ci")
+    full = generate(["features"], profile="full")
+    assert len(ci) <= 450
+    assert {c.id for c in ci} <= {c.id for c in full}
+    dtypes = {}
+    for c in full:
+        if c.expect == "match":
+            dtypes.setdefault((c.route, c.variant), set()).add(c.params["dtype"])
+    assert all(d == {"fp16", "bf16", "fp32"} for d in dtypes.values())
 
 
 # ---------------------------------------------------------------- adapters

@@ -61,8 +61,8 @@ def test_an_installed_target_catches_its_planted_defect_everywhere(tmp_path, spe
     assert listed.returncode == 0, listed.stderr
     case_id = causal_case_id(spec, env)
 
-    check = harness("check", "--target", spec, "--family", "valid", "--results-dir",
-                    str(tmp_path / "r"), "-n", "2", env=env)
+    check = harness("check", "--target", spec, "--family", "valid", "--case-id=-causal-",
+                    "--results-dir", str(tmp_path / "r"), "-n", "2", env=env)
     assert check.returncode == 1, check.stdout[-3000:] + check.stderr[-2000:]
     table = next((tmp_path / "r").glob("*.jsonl"))
     rows = [json.loads(l) for l in table.read_text().splitlines()]
@@ -74,7 +74,7 @@ def test_an_installed_target_catches_its_planted_defect_everywhere(tmp_path, spe
     assert repro.returncode == 1, repro.stderr
     assert json.loads(repro.stdout.strip().splitlines()[-1])["outcome"] == "wrong"
 
-    shrunk = harness("shrink", case_id, "--target", spec, "--max-trials", "6",
+    shrunk = harness("shrink", case_id, "--target", spec, "--max-trials", "3",
                      "--out-dir", str(tmp_path / "s"), env=env)
     assert shrunk.returncode == 0, shrunk.stderr[-2000:]
     assert json.loads(shrunk.stdout)["outcome"] == "wrong"
@@ -83,15 +83,15 @@ def test_an_installed_target_catches_its_planted_defect_everywhere(tmp_path, spe
 def test_a_target_from_a_file_runs_under_check_and_explore(tmp_path):
     spec = str(USER / "usersdpa" / "__init__.py") + ":make_nocausal"
     env = dict(os.environ)   # nothing on PYTHONPATH: the file path alone finds it
-    check = harness("check", "--target", spec, "--family", "valid", "--results-dir",
-                    str(tmp_path / "r"), "-n", "2", env=env)
+    check = harness("check", "--target", spec, "--family", "valid", "--case-id=-causal-",
+                    "--results-dir", str(tmp_path / "r"), "-n", "2", env=env)
     rows = [json.loads(l) for p in (tmp_path / "r").glob("*.jsonl")
             for l in p.read_text().splitlines()]
     assert check.returncode == 1 and rows, check.stderr[-2000:]
     assert not {"crash", "harness_error"} & {r["outcome"] for r in rows}
     assert any(r["outcome"] == "wrong" for r in rows)
 
-    explore = harness("explore", "--target", spec, "--family", "valid", "--examples", "12",
+    explore = harness("explore", "--target", spec, "--family", "valid", "--examples", "30",
                       "--budget", "10m", "--seed", "2", "--out", str(tmp_path / "e"),
                       "--no-saved", env=env)
     assert "crash" not in explore.stdout, explore.stdout[-3000:]

@@ -24,9 +24,9 @@ def pytest_command(args, results: Path | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider",
            "-p", "no:hypothesispytest", "-p", "no:logging", "-p", "no:unraisableexception",
            "-p", "no:threadexception",
-           "-q", "--no-header", "-rN", "--target", args.target]
+           "-q", "--no-header", "-rN", f"--target={args.target}"]
     if results is not None:
-        cmd += ["--results", str(results)]
+        cmd.append(f"--results={results}")
     if args.n not in (None, "0"):
         cmd += ["-n", str(args.n)]
     if args.reruns:
@@ -35,7 +35,8 @@ def pytest_command(args, results: Path | None = None) -> list[str]:
                 "run_id", "repeat", "profile", "max_case_bytes"):
         value = getattr(args, opt, None)
         if value is not None:
-            cmd += ["--" + opt.replace("_", "-"), str(value)]
+            # One token, option=value: a value that starts with "-" must not read as an option.
+            cmd.append(f"--{opt.replace('_', '-')}={value}")
     if args.resume:
         cmd.append("--resume")
     return cmd + list(args.pytest_args or [])

@@ -341,7 +341,7 @@ class Explorer:
         """One family's turn: Hypothesis draws until a class not found yet fails, then
         shrinks it while it fails in that class."""
         from hypothesis import Phase, Verbosity, find, settings
-        from hypothesis.errors import NoSuchExample, Unsatisfiable
+        from hypothesis.errors import Flaky, NoSuchExample, Unsatisfiable
 
         from harness.tools.strategies import cases
         r = self.stats.rounds
@@ -353,7 +353,8 @@ class Explorer:
             stop = self.deadline
             if state["key"] is not None:
                 stop = min(stop, state["t0"] + self.shrink_allowance)
-                if self.shrink_spent(state["ran0"]):
+                known = json.dumps(case.to_json(), sort_keys=True) in self.cache
+                if not known and self.shrink_spent(state["ran0"]):
                     return False   # the class is kept as shrunk so far
             row = self.result(case, stop)
             if row is None or row["pass"]:
@@ -381,6 +382,11 @@ class Explorer:
             return
         except Unsatisfiable as why:
             self.stats.notes.append(f"round {r} ({family}): {why}")
+            return
+        except Flaky as why:
+            # A case whose verdict changed between two runs of it (the budget or the
+            # shrink share ran out between them): the round ends, and what it found is kept.
+            self.stats.notes.append(f"round {r} ({family}): {type(why).__name__}")
             return
         row = self.cache[json.dumps(small.to_json(), sort_keys=True)]
         finding = Finding(class_of(small, row), small, row, state["ran0"],

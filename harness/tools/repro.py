@@ -59,6 +59,18 @@ def _case_file_cases(args):
     return load_case_json(path) if path else None
 
 
+def _setup_error(e: Exception) -> int:
+    """The exit status of a failure to set the case up (one line on stderr), or the
+    exception again when it is the harness's own bug (its traceback is the report)."""
+    if _is_build_error(e):
+        print(f"repro: library build failed: {e}", file=sys.stderr)
+        return EXIT_BUILD
+    if isinstance(e, selection_errors()):
+        print(f"repro: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    raise e
+
+
 def cmd_repro(args) -> int:
     try:
         from harness.engine.session import check_guard_names
@@ -67,13 +79,7 @@ def cmd_repro(args) -> int:
         check_guard_names(args.disable_guards, args.target)
         given = _case_file_cases(args)
     except Exception as e:
-        if _is_build_error(e):
-            print(f"repro: library build failed: {e}", file=sys.stderr)
-            return EXIT_BUILD
-        if isinstance(e, selection_errors()):
-            print(f"repro: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        raise
+        return _setup_error(e)
     if given is not None:
         case = next((c for c in given if c.id == args.case_id), None)
         if case is None:
@@ -145,13 +151,7 @@ def repro_here(args, given) -> int:
                     if args.verbose else None)
         row = perform(given[0], target, 1, row_context(target), on_stage=on_stage)
     except Exception as e:
-        if _is_build_error(e):
-            print(f"repro: library build failed: {e}", file=sys.stderr)
-            return EXIT_BUILD
-        if isinstance(e, selection_errors()):
-            print(f"repro: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        raise
+        return _setup_error(e)
     print_row(row, args.json)
     return EXIT_PASS if row["pass"] else EXIT_FAIL
 

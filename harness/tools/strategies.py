@@ -328,9 +328,11 @@ def _mismatch_row(op: str, params: Mapping[str, Any]):
         if value < planned_v if rows_field else value != planned_v:
             words = (misplanned.WORD_BY_OP.get((op, word), word), str(planned_v), str(given))
             return variant, expect, words
-    for variant, f, _, expect, _, planned in misplanned.MISMATCHES:
+    for variant, f, _, expect, word, planned in misplanned.MISMATCHES:
         if f == field and planned is None:
-            return variant, expect, ()
+            # A value past what holds or indexes it (a seq_len, a block id): the field and
+            # the value given; or q rows padded past the plan, which must match.
+            return variant, expect, ((word, str(value)) if expect == "refuse" else ())
     raise ValueError(f"mismatch {params['mismatch']} on {op}: no contract says what it should do")
 
 
@@ -372,8 +374,9 @@ def contract(op: str, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
 
 def requires(params: Mapping[str, Any]) -> tuple[str, ...]:
     """The target features (harness/model/capabilities.py) a drawn case needs beyond its op, as
-    the families say: misplanned's plan()/run(), and values' graphs and partial state."""
-    return (("plan_run",) if params.get("mismatch") else ()) + values.requires(dict(params))
+    the families say: misplanned's metadata field, and values' graphs and partial state."""
+    mismatch = params.get("mismatch")
+    return ((f"metadata.{mismatch['field']}",) if mismatch else ()) + values.requires(dict(params))
 
 
 def make_case(route: str, family: str, detail: str, params: dict, seed: int) -> Case:
