@@ -236,10 +236,21 @@ def cases(routes, profile: str = "ci") -> Iterator[Case]:
                 continue
             for variant, drawn in make(op):
                 for params in _dtypes(drawn, profile):
-                    yield Case(route=route, family=FAMILY, variant=f"{feature}.{variant}",
-                               params=params, tag=_tag(params), requires=requires(params))
+                    for form, tag in _lse_forms(params):
+                        yield Case(route=route, family=FAMILY, variant=f"{feature}.{variant}",
+                                   params=form, tag=tag, requires=requires(form))
         for variant, params, words in _adversarial(op):
-            yield Case(route=route, family=FAMILY, variant=f"refuse.{variant}", params=params,
-                       expect="refuse", refuse_words=words, tag=_tag(params),
-                       requires=requires(params) + (("metadata.q_rows",)
-                                                    if "mismatch" in params else ()))
+            for form, tag in _lse_forms(params):
+                yield Case(route=route, family=FAMILY, variant=f"refuse.{variant}", params=form,
+                           expect="refuse", refuse_words=words, tag=tag,
+                           requires=requires(form) + (("metadata.q_rows",)
+                                                      if "mismatch" in form else ()))
+
+
+def _lse_forms(params: dict):
+    """The case as written (its LSE asked for), then without the LSE: a library that
+    returns none (vLLM's CPU attention) is reached by every feature too."""
+    yield params, _tag(params)
+    if params.get("return_lse"):
+        plain = {**params, "return_lse": False}
+        yield plain, f"{_tag(plain)}-nolse"

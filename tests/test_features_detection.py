@@ -107,3 +107,26 @@ def test_the_faultless_test_only_library_passes_every_feature_case(feature_cases
     results = _run(feature_cases, None, monkeypatch)
     failing = [(c.id, r.outcome, r.message[:80]) for c, r in results if not r.passed]
     assert not failing, failing[:5]
+
+
+def test_a_check_child_with_the_fault_in_its_environment_fails_only_that_feature(
+        tmp_path, monkeypatch, capfd):
+    """The worker path: `harness check` children pick the fault up from the environment."""
+    import json
+    from harness import cli
+    from kernels.testonly import KERNEL_FAULT_ENV
+    rows_path = tmp_path / "rows.jsonl"
+    monkeypatch.delenv("KERNELS_DISABLE_GUARDS", raising=False)
+    for k, v in {"KERNELS_TESTONLY": "1", KERNEL_FAULT_ENV: "custom_mask_transposed",
+                 "OMP_NUM_THREADS": "1"}.items():
+        monkeypatch.setenv(k, v)
+    capfd.readouterr()
+    rc = cli.main(["check", "--family", "features", "--route", "fa2.paged_prefill",
+                   "--results", str(rows_path), "-n", "0", "--reruns", "0"])
+    tail = "".join(capfd.readouterr())[-2000:]
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    failing = {r["case_id"] for r in rows if not r["pass"]}
+    masked = {r["case_id"] for r in rows if "custom_mask" in r["case_id"]
+              and r["expect"] == "match"}
+    assert rc == 1, tail
+    assert failing == masked and masked, (sorted(failing - masked)[:3], sorted(masked - failing)[:3])

@@ -347,3 +347,35 @@ def test_an_adapter_that_drops_a_feature_is_a_harness_error():
                  "values": "large_logits", "sinks": True}, requires=("sinks",))
     res = execute_case(case, Target(), "cpu")
     assert res.outcome == "harness_error" and "sinks" in res.message
+
+
+def test_flaggems_passes_softcap_and_q_head_slopes_and_skips_another_alibi_convention():
+    from harness.targets import flaggems as fg_target
+
+    class Recording:
+        __version__ = "0.0-rec"
+
+        def __init__(self):
+            self.kw = []
+
+        def flash_attn_varlen_func(self, q, k, v, *args, out=None, return_softmax_lse=False,
+                                   **kw):
+            self.kw.append(kw)
+            out.zero_()
+            return (out, torch.zeros(q.shape[1], q.shape[0])) if return_softmax_lse else out
+
+    rec = Recording()
+    target = fg_target.make_target(rec, device="cpu")
+    params = {**BASE, "dtype": "bf16", "head_dim": 64, "qo_lens": [3], "kv_lens": [9],
+              "logits_soft_cap": 2.0, "alibi_slopes": True}
+    execute_case(Case("fg.single_prefill", "t", "both", params,
+                      requires=("alibi", "softcap")), target, "cpu")
+    (kw,) = rec.kw
+    p = build_problem(params, Case("fg.single_prefill", "t", "both", params).seed)
+    assert kw["softcap"] == 2.0 and torch.equal(kw["alibi_slopes"], p.alibi_slopes)
+    plain = {k: v for k, v in params.items() if k not in ("logits_soft_cap", "alibi_slopes")}
+    execute_case(Case("fg.single_prefill", "t", "plain", plain), target, "cpu")
+    assert "softcap" not in rec.kw[-1] and "alibi_slopes" not in rec.kw[-1]
+    res = execute_case(Case("fg.single_prefill", "t", "noncausal", {**params, "causal": False},
+                            requires=("alibi", "softcap")), target, "cpu")
+    assert res.outcome == "skipped" and "convention" in res.message and len(rec.kw) == 2

@@ -31,6 +31,19 @@ class CaseCalls:
         self.layout = self.params.get("layout", "NHD")
         self.mismatch = self.params.get("mismatch")
 
+    def per_head_vector(self, key: str, values: torch.Tensor | None):
+        """A per-q-head feature tensor (sinks, ALiBi slopes) as the case hands it: fp32
+        [num_qo_heads], or, when params["malformed"] names it, of that length (the first
+        heads' values, then the last repeated: a kv-head-long vector of a GQA problem is
+        its first num_kv_heads values). None when the case does not use it."""
+        if self.params.get(key) in (None, False) or values is None:
+            return None
+        bad = self.params.get("malformed") or {}
+        if bad.get("field") == key:
+            n = int(bad["length"])
+            values = torch.cat([values, values[-1:].repeat(max(0, n - values.numel()))])[:n]
+        return self.views.input(key, values.to(torch.float32).contiguous().to(self.device))
+
     @property
     def sm_scale(self):
         # None exercises the library's own default; the reference uses 1/sqrt(head_dim).

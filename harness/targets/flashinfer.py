@@ -92,7 +92,9 @@ class FiCall(Call):
         return "fa2", self.case.backend == "fi_tc"
 
     def plan_extra(self) -> dict:
-        # max_kv_chunk is the bundled planner's; FlashInfer's plan() picks its own splits.
+        # max_kv_chunk is the bundled planner's; FlashInfer's plan() picks its own splits and
+        # owes the same answer, so a split case is this case here, with FlashInfer's split.
+        self.params.get("max_kv_chunk")
         return {}
 
     def partial_state(self, rows: int):

@@ -74,7 +74,9 @@ CAPABILITIES = Capabilities(
     head_dims=HEAD_DIMS,
     layouts=frozenset({"NHD"}),
     call_forms=frozenset({"out"}),
-    features=frozenset(),
+    # softcap, s_aux (sinks) and alibi_slopes are cpu_attention_with_kv_cache's arguments; a
+    # decode batch of several q rows per request is a varlen batch to it (query_start_loc).
+    features=frozenset({"softcap", "sinks", "alibi", "multi_token_decode"}),
     metadata={**{f: "cpu_attention_with_kv_cache" for f in FIELDS},
               **{f: "get_scheduler_metadata" for f in
                  ("num_qo_heads", "num_kv_heads", "head_dim_qk", "batch_size", "dtype")}},
@@ -170,8 +172,16 @@ class VllmCall(CaseCalls):
         op = self.case.op
         if op == "single_decode" and p.qo_lens != [1]:
             raise Skip("single decode takes one query token")
-        if op == "batch_decode" and any(n != 1 for n in p.qo_lens):
-            raise Skip("batch decode takes one query token per request")
+        per_req = int(params.get("q_len_per_req", 1))
+        if op == "batch_decode" and any(n != per_req for n in p.qo_lens):
+            raise Skip(f"batch decode takes {per_req} query row(s) per request")
+        if "q_len_per_req" in params and (self.mismatch or {}).get("field") == "q_rows":
+            raise Skip("vLLM's CPU attention has no q_len_per_req: its q rows per request are "
+                       "query_start_loc's, so no row count can fail to divide")
+        bad = params.get("malformed") or {}
+        if bad and bad.get("field") not in ("sinks", "alibi_slopes"):
+            raise Skip(f"malformed {bad.get('field')!r}: vLLM's CPU attention takes no such "
+                       f"argument")
         if op == "mixed_batch":
             decode_first(self)       # a decode-first batch, as vLLM's scheduler orders it
         if p.head_dim_vo != p.head_dim:
@@ -204,6 +214,9 @@ class VllmCall(CaseCalls):
         seq_lens = self.views.index("seq_lens", batch.seq_lens, self.device)
         table = self.views.index("block_table", batch.block_table, self.device)
         out = self.views.output("out", (batch.rows, p.num_qo_heads, p.head_dim_vo), p.dtype)
+        sinks = self.per_head_vector("sinks", p.sinks)
+        slopes = self.per_head_vector("alibi_slopes", p.alibi_slopes)
+        softcap = float(params.get("logits_soft_cap") or 0.0)
         self.views.check_used()
         scale = self.sm_scale if self.sm_scale is not None else p.head_dim ** -0.5
 
@@ -213,8 +226,8 @@ class VllmCall(CaseCalls):
             p.dtype, qsl, p.causal, window, isa, True, None, "auto")
         self.buffers.stage("run")
         ns.cpu_attention_with_kv_cache(
-            query, key_cache, value_cache, out, qsl, seq_lens, float(scale), p.causal, None,
-            window, table, 0.0, schedule, None, None, 1.0, 1.0, "auto")
+            query, key_cache, value_cache, out, qsl, seq_lens, float(scale), p.causal, slopes,
+            window, table, softcap, schedule, sinks, None, 1.0, 1.0, "auto")
         return {"o": out}
 
 
