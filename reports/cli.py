@@ -15,6 +15,7 @@ from harness.results.ledger import apply_ledger_per_arch
 from . import is_missing, load_results
 from .compare import compare, summary
 from .cross import pairs
+from .groups import differing, side_by_side
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +34,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--disable-guards", default=None, metavar="NAMES",
                         help="guards the run had off, for rows that do not record them: "
                              "repro commands then carry --disable-guards")
+    parser.add_argument("--merge-different", action="store_true",
+                        help="merge tables that differ in target, guards or library commit, "
+                             "and show each (target, guards, commit) group's counts side by side")
     parser.add_argument("--title", default=None)
 
 
@@ -77,10 +81,28 @@ def default_title(df: pd.DataFrame) -> str:
     return "Attention correctness: " + names
 
 
+def _groups(paths, merge_different: bool) -> dict | None:
+    """The side-by-side counts of tables that differ in what they tested; None when they
+    agree. Without --merge-different such tables are a usage error: one merged report of
+    two commits or guard settings would pass one run's rows off as the other's."""
+    if len(paths) < 2:
+        return None
+    tables = [_load("--results", [p]) for p in paths]
+    cols = differing(tables)
+    if not cols:
+        return None
+    if not merge_different:
+        print(f"--results: the tables differ in {', '.join(cols)}; pass --merge-different "
+              "to report them side by side", file=sys.stderr)
+        raise SystemExit(2)
+    return side_by_side(tables)
+
+
 def report_main(args: argparse.Namespace) -> int:
     from .html import render_html
     from .markdown import render_markdown
     df = _load("--results", args.results)
+    groups = _groups(args.results, getattr(args, "merge_different", False))
     base = _load("--base", args.base) if getattr(args, "base", None) else None
     errors: list[str] = []
     guards = getattr(args, "disable_guards", None)
@@ -93,7 +115,8 @@ def report_main(args: argparse.Namespace) -> int:
             base, _ = apply_ledger_per_arch(base, args.ledger)
     title = getattr(args, "title", None) or default_title(df)
     out = Path(args.out) if getattr(args, "out", None) else default_out(args.results)
-    _write("--out", lambda: render_html(df, out, base_df=base, title=title))
+    _write("--out", lambda: render_html(df, out, base_df=base, title=title,
+                                              groups=groups))
     n_fail = int((~df["pass"]).sum())
     print(f"report: {len(df)} rows, {n_fail} failing -> {out}")
     columns = pairs(df)
@@ -101,7 +124,8 @@ def report_main(args: argparse.Namespace) -> int:
         print(f"report: cross-target section (#cross-target) over {len(columns)} (target, arch) "
               "columns: " + ", ".join(f"{t}/{a}" for t, a in columns))
     if getattr(args, "markdown", None):
-        _write("--markdown", lambda: _write_text(args.markdown, render_markdown(df, base, title=title)))
+        _write("--markdown", lambda: _write_text(args.markdown, render_markdown(df, base, title=title,
+                                                                                   groups=groups)))
         print(f"report: markdown -> {args.markdown}")
     for err in errors:
         print(f"ledger: {err}", file=sys.stderr)
@@ -125,15 +149,21 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def compare_main(args: argparse.Namespace) -> int:
-    """Print regressions, fixes and new cases; exit 1 when there is any regression."""
+    """Print the regressions and fixes among the cases both tables hold; exit 1 on a regression."""
     base, head = _load("--base", args.base), _load("--head", args.head)
     if getattr(args, "ledger", None):
         base, _ = apply_ledger_per_arch(base, args.ledger)
         head, _ = apply_ledger_per_arch(head, args.ledger)
     changes = compare(base, head)
-    counts = summary(changes)
+    # Only cases both tables ran are compared: a case one side lacks says nothing about a
+    # change, and listing each would bury the regressions under a selection's difference.
+    only_base, only_head = (int((changes["change"] == k).sum()) for k in ("removed", "new"))
+    changes = changes[~changes["change"].isin(("removed", "new"))]
+    counts = {k: n for k, n in summary(changes).items() if k not in ("removed", "new")}
     print("compare: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
-    for kind in ("regression", "fix", "new", "removed"):
+    if only_base or only_head:
+        print(f"compare: left out {only_base} only in base, {only_head} only in head")
+    for kind in ("regression", "fix"):
         for _, r in changes[changes["change"] == kind].iterrows():
             arch = f" [{r['arch']}]" if "arch" in changes.columns else ""
             print(f"  {kind:<10} {r['case_id']}{arch}: {_text(r['base_outcome'])} -> "

@@ -51,3 +51,26 @@ def header(df: pd.DataFrame, classes: list[FailureClass]) -> dict:
         "targets": targets,
         "arches": _distinct(df["arch"]),
     }
+
+
+def guards_text(value) -> str:
+    """`guards on` for a row that turned none off, else `guards off: a, b`."""
+    names = guards_of({"disable_guards": value})
+    return "guards off: " + ", ".join(names) if names else "guards on"
+
+
+def conditions(df: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    """(name, distinct values) for what a run was run against and under, in a fixed order.
+
+    A merged table lists every value its rows hold; guards always says on or off, since a
+    row that records none ran with every guard on.
+    """
+    return [
+        ("target", _distinct(df["target"])),
+        ("target version", _distinct(df["target_version"])),
+        ("library commit", _distinct(df["library_commit"])),
+        ("arch", _distinct(df["arch"])),
+        ("guards", _distinct(guards_text(v) for v in df["disable_guards"]) if len(df) else []),
+        ("profile", _distinct(df["profile"])),
+        ("repeat", _repeats(df)),
+    ]

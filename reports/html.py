@@ -16,7 +16,7 @@ from .compare import CHANGES, compare, summary
 from .cross import cross_target, pairs
 from .errchart import family_charts
 from .header import header
-from .rows import attempts_of, row_view, text
+from .rows import attempts_of, row_view, set_anchors, text
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
@@ -82,11 +82,26 @@ def _changes(base_df: pd.DataFrame, df: pd.DataFrame) -> dict:
     return {"summary": summary(changes), "groups": groups}
 
 
-def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = "") -> dict:
+def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = "",
+            groups: dict | None = None) -> dict:
     df = prepare(df)
     counts = df["outcome"].value_counts()
     classes = failure_classes(df)
     known = df[df["pass"] & df["ledger"].notna() & (df["ledger"].astype(str) != "")]
+    by_severity, unstable = class_groups(classes), _unstable(df)
+    known_views = [row_view(r) for r in known.to_dict("records")]
+    cross = cross_target(df)
+    changes = _changes(base_df, df) if base_df is not None else None
+    # Failing rows take the plain `case-…` anchors: the ones a link to a case most often wants.
+    used: set[str] = set()
+    set_anchors([r for g in by_severity for c in g["classes"] for r in c["rows"]], "", used)
+    set_anchors(unstable, "unstable", used)
+    set_anchors(known_views, "known", used)
+    if changes is not None:
+        set_anchors([r for kind in changes["groups"].values() for r in kind], "change", used,
+                    where=("arch",))
+    if cross:
+        set_anchors(cross["rows"], "xt", used, key="key", where=())
     return {
         "title": title,
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -95,18 +110,20 @@ def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = 
         "total": len(df), "n_pass": int(df["pass"].sum()), "n_fail": int((~df["pass"]).sum()),
         "counts": {o: int(counts.get(o, 0)) for o in OUTCOMES},
         "runs": _runs(df), "matrix": matrix(df),
-        "class_groups": class_groups(classes), "n_classes": len(classes),
-        "multi_arch": len(pairs(df)) > 1, "unstable": _unstable(df),
-        "known": [row_view(r) for r in known.to_dict("records")],
-        "cross": cross_target(df), "charts": family_charts(df, COLORS),
-        "changes": _changes(base_df, df) if base_df is not None else None,
+        "class_groups": by_severity, "n_classes": len(classes),
+        "multi_arch": len(pairs(df)) > 1, "unstable": unstable, "known": known_views,
+        "cross": cross, "charts": family_charts(df, COLORS), "changes": changes,
+        "groups": groups,
     }
 
 
 def render_html(df: pd.DataFrame, path, base_df: pd.DataFrame | None = None,
-                title: str = "Attention correctness report") -> Path:
-    """Write the report to `path` (parents created) and return the path."""
-    html = _env().get_template("report.html.j2").render(**context(df, base_df, title))
+                title: str = "Attention correctness report", groups: dict | None = None) -> Path:
+    """Write the report to `path` (parents created) and return the path.
+
+    `groups` (reports.groups.side_by_side) adds the per-run counts of tables merged with
+    --merge-different."""
+    html = _env().get_template("report.html.j2").render(**context(df, base_df, title, groups))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")

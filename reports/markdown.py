@@ -10,6 +10,7 @@ from harness.results.sanitizer_report import report_of, where_text
 
 from . import OUTCOMES, fmt_diff, fmt_wrong, prepare, repro_command, sort_failures_first
 from .compare import arches, by_arch, compare, summary
+from .header import conditions
 
 LIMIT = 65_000
 # Room kept for the "left out" notes and the closing lines.
@@ -105,13 +106,29 @@ class _Budget:
         self.add("")
 
 
+def _groups_table(out: _Budget, groups: dict) -> None:
+    out.add(f"### Runs side by side: {len(groups['columns'])} groups")
+    out.add("")
+    header = [""] + [" / ".join((_cell(c["target"]) or "—", _cell(c["guards"]),
+                                  _code(c["commit"]) or "—")) for c in groups["columns"]]
+    out.table("Runs side by side", header,
+              [[_cell(r["label"])] + [str(n) for n in r["counts"]] for r in groups["rows"]])
+
+
 def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
-                    title: str = "Attention correctness", limit: int = LIMIT) -> str:
+                    title: str = "Attention correctness", limit: int = LIMIT,
+                    groups: dict | None = None) -> str:
+    """`groups` (reports.groups.side_by_side): tables merged with --merge-different."""
     df = prepare(df)
     out = _Budget(limit)
     n_fail = int((~df["pass"]).sum())
     names = arches(df)
     out.add(f"## {_cell(title)}")
+    out.add("")
+    # Guards' values name themselves (`guards on`, `guards off: a, b`), so they go bare.
+    out.add(" · ".join("; ".join(_cell(v) for v in values) or "guards: —" if name == "guards"
+                       else f"{name}: " + (", ".join(_cell(v) for v in values) or "—")
+                       for name, values in conditions(df)))
     out.add("")
     classes = failure_classes(df)
     out.add(f"**{_cell(verdict(df, classes))}**")
@@ -119,6 +136,15 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
     out.add(f"{len(df)} cases, {len(df) - n_fail} pass, {n_fail} fail"
             + (f" on {_cell(', '.join(names))}" if names else "") + ".")
     out.add("")
+    if groups:
+        _groups_table(out, groups)
+    if not n_fail:
+        # A PR comment for a passing run says so and stops: its every-row table is noise
+        # there, and the HTML report keeps it.
+        if base_df is not None:
+            counts = summary(compare(base_df, df))
+            out.add("Base vs head: " + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".")
+        return "\n".join(out.lines).rstrip() + "\n"
     if classes:
         out.add(f"### Failure classes: {len(classes)}")
         out.add("")

@@ -1,6 +1,7 @@
 """One results row as the HTML template shows it: every field as display text."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -10,6 +11,40 @@ from harness.results.sanitizer_report import report_of, where_text
 from . import error_ratio, fmt_diff, fmt_wrong, guards_of, is_missing, params_text, repro_command
 
 _SIGNAL = re.compile(r"\bSIG[A-Z0-9]+\b|\bexit -?\d+\b|\bsignal \d+\b")
+
+
+def anchor(case_id: Any, *where: Any) -> str:
+    """`case-<slug>-<digest>`: an id and URL fragment for a row, safe whatever the case id holds.
+
+    The slug only keeps the address readable (it folds many ids onto one); the digest of the
+    whole id, and of whatever else tells two rows of one case apart (`where`), keeps them apart.
+    """
+    key = "\0".join(str(v) for v in (case_id, *where))
+    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", str(case_id)).strip("-")[:40].strip("-")
+    return f"case-{slug}-{digest}" if slug else f"case-{digest}"
+
+
+def set_anchors(views: list[dict], section: str, used: set[str],
+                key: str = "case_id", where: tuple[str, ...] = ("target", "arch")) -> None:
+    """Give each view an `anchor` unique in the document (`used` holds those taken).
+
+    A case shown once in a section is found by its id alone; one shown per target or arch
+    adds those to the digest. `section` tells apart the same case's rows in two sections.
+    """
+    counts: dict[str, int] = {}
+    for v in views:
+        counts[str(v[key])] = counts.get(str(v[key]), 0) + 1
+    for v in views:
+        extra = [v.get(w, "") for w in where] if counts[str(v[key])] > 1 else []
+        name = anchor(v[key], *extra)
+        name = name if not section else f"{section}-{name}"
+        taken, n = name, 1
+        while taken in used:
+            n += 1
+            taken = f"{name}-{n}"
+        used.add(taken)
+        v["anchor"] = taken
 
 
 def text(value: Any) -> str:

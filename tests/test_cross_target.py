@@ -118,7 +118,7 @@ def test_report_cli_with_three_tables_adds_the_cross_target_section(tmp_path, ca
         path.write_text("".join(json.dumps(r) + "\n" for r in part.to_dict("records")))
         paths.append(str(path))
     out = tmp_path / "x.html"
-    assert main(["report", "--results", *paths, "--out", str(out)]) == 0
+    assert main(["report", "--results", *paths, "--out", str(out), "--merge-different"]) == 0
     html = out.read_text()
     assert html.count('class="xt-row') == 4 and 'id="cross-target"' in html
     assert ("cross-target section (#cross-target) over 3 (target, arch) columns: bundled/sm90, "

@@ -38,6 +38,8 @@ be refused always reach torch.
 """
 from __future__ import annotations
 
+import inspect
+
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -428,7 +430,11 @@ def standalone_call_source(case, device) -> str:
                       if lse_op is not None and hkv > 0 and hq % hkv == 0
                       and case.expect != "refuse" else None)}
     text = pprint.pformat(cfg, width=96, compact=True)
-    return f"import torch.nn.functional as F\nfrom torch.nn.attention import SDPBackend, sdpa_kernel\n\nCFG = {text}\n\n{_STANDALONE_CALL}"
+    # The additive-mask helpers are the adapter's own, written out: one definition, two uses.
+    shared = "\n\n".join(inspect.getsource(f).rstrip() for f in (_additive, _bias4d))
+    call = _STANDALONE_CALL.replace("{shared}", shared)
+    return (f"import torch.nn.functional as F\nfrom torch.nn.attention import SDPBackend, "
+            f"sdpa_kernel\n\nCFG = {text}\n\n{call}")
 
 
 _STANDALONE_CALL = '''
@@ -463,26 +469,7 @@ def _mask(qo_len, kv_len, device):
     return None if bool(keep.all()) else keep
 
 
-def _additive(mask, dtype, align=1):
-    if mask is None:
-        return None
-    if mask.dtype != torch.bool:      # already a float bias (ALiBi): [..., L, S]
-        *lead, rows, cols = mask.shape
-        padded = -(-cols // align) * align
-        bias = torch.empty(*lead, rows, padded, dtype=dtype, device=mask.device)[..., :cols]
-        return bias.copy_(mask)
-    rows, cols = mask.shape
-    padded = -(-cols // align) * align
-    bias = torch.zeros(rows, padded, dtype=dtype, device=mask.device)[:, :cols]
-    return bias.masked_fill_(~mask, float("-inf"))
-
-
-def _bias4d(q, mask):
-    bias = _additive(mask, q.dtype, 16)
-    if bias is None:
-        return None
-    return bias.expand(q.shape[0], q.shape[1], *bias.shape[-2:])
-
+{shared}
 
 def _heads_of(q, k, v):
     group = q.shape[1] // k.shape[1]
