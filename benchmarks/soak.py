@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SELECTION = ["--family", "gqa,edge_rows", "--route", "fa2.single_prefill,fa2.batch_decode"]
+SELECTION = ["--family", "gqa,edge_rows,strided", "--route", "fa2.single_prefill,fa2.batch_decode"]
 
 
 def check(results: Path, resume: bool) -> subprocess.Popen:
@@ -54,7 +54,7 @@ def descendants(pid: int) -> list[int]:
 
 def disturb(proc: subprocess.Popen, rng: random.Random) -> str:
     """One random blow to the run while it works: whom, and with what."""
-    time.sleep(rng.uniform(2.0, 9.0))
+    time.sleep(rng.uniform(0.5, 6.0))   # a run of the selection takes 5-10 s
     if proc.poll() is not None:
         return "none (finished first)"
     family = [proc.pid] + descendants(proc.pid)
