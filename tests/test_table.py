@@ -1,6 +1,5 @@
 import json
 import math
-import multiprocessing as mp
 
 import pytest
 
@@ -50,16 +49,31 @@ def test_corrupt_line_names_file_and_line(tmp_path):
         table.load_table(other)
 
 
-def _append_many(args):
-    path, worker = args
-    for i in range(50):
-        table.append_row(path, _row(f"r/{worker}/{i}", message="x" * 3000))
+# Three writer processes started fresh: a pool forked from a test worker's threads can
+# inherit a lock held at the fork and wait on it forever.
+APPEND_MANY = """
+import sys
+from harness.results import table
+path, worker = sys.argv[1], sys.argv[2]
+for i in range(50):
+    table.append_row(path, {"run_id": "r1", "case_id": f"r/{worker}/{i}", "route": "r",
+                            "family": "valid", "params": {"head_dim": 64}, "expect": "match",
+                            "outcome": "match", "pass": True, "max_abs_diff": 0.001,
+                            "arch": "cpu-x86_64", "message": "x" * 3000})
+"""
 
 
 def test_concurrent_appends_never_interleave(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
     path = str(tmp_path / "t.jsonl")
-    with mp.get_context("fork").Pool(3) as pool:
-        pool.map(_append_many, [(path, w) for w in range(3)])
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    writers = [subprocess.Popen([sys.executable, "-c", APPEND_MANY, path, str(w)], env=env)
+               for w in range(3)]
+    assert [w.wait(timeout=300) for w in writers] == [0, 0, 0]
     df = table.load_table(path)
     assert len(df) == 150 and df["case_id"].is_unique
 

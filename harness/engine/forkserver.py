@@ -84,20 +84,31 @@ def forks_each(target, case) -> bool:
 _SERVERS: dict = {}
 
 
-def forked_row(case, spec: str, target, repeat: int, timeout_s: float, context: dict) -> dict:
-    """The case's row from a child forked by this worker's fork server (forkserver.py):
-    its finished row, or the row of its death."""
+def server_for(spec: str) -> "ForkServer":
+    """This process's fork server for the target spec (started on first use)."""
     server = _SERVERS.get(spec)
     if server is None or not server.alive():
         server = _SERVERS[spec] = ForkServer(spec, child.child_env())
-    case_spec = child.Spec(target=spec, cases=[case], repeat=repeat, case_timeout=timeout_s)
+    return server
+
+
+def run_spec(case_spec: "child.Spec", budget_s: float | None) -> "child.Outcome":
+    """The one child runner's outcome for a spec, its child forked by the fork server: for a
+    process that has threads of its own, which cannot fork safely itself."""
     with tempfile.TemporaryDirectory(prefix="harness-fork-") as state_dir:
         spec_path = Path(state_dir) / "spec.json"
         spec_path.write_text(json.dumps(case_spec.to_json()))
-        rc, killed = server.run(str(spec_path), state_dir, timeout_s + 30)
+        rc, killed = server_for(case_spec.target).run(str(spec_path), state_dir, budget_s)
         rows_path = Path(state_dir) / "rows"
         lines = rows_path.read_text().splitlines() if rows_path.exists() else []
-        out = child._outcome(case_spec, state_dir, lines, rc, killed, "")
+        return child._outcome(case_spec, state_dir, lines, rc, killed, "")
+
+
+def forked_row(case, spec: str, target, repeat: int, timeout_s: float, context: dict) -> dict:
+    """The case's row from a child forked by this worker's fork server (forkserver.py):
+    its finished row, or the row of its death."""
+    case_spec = child.Spec(target=spec, cases=[case], repeat=repeat, case_timeout=timeout_s)
+    out = run_spec(case_spec, timeout_s + 30)
     if out.rows:
         return dict(out.rows[-1], isolation=out.rows[-1].get("isolation") or "alone")
     from harness.engine import row as rows

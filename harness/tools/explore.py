@@ -39,6 +39,7 @@ import os
 import random
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,7 +200,14 @@ class ForkRunner:
         from harness.engine.session import resolve_repeat
         spec = child.Spec(target=self.target_name, cases=[case], repeat=resolve_repeat(None),
                           case_timeout=timeout_s)
-        out = child.run(spec, budget_s=min(timeout_s, cut_s) + 1.0, fork_from=self.target)
+        budget = min(timeout_s, cut_s) + 1.0
+        if threading.active_count() > 1:
+            # Other threads (a test runner's, a library's) may hold locks a forked child
+            # would wait on forever: a clean fork server forks the child instead.
+            from harness.engine import forkserver
+            out = forkserver.run_spec(spec, budget)
+        else:
+            out = child.run(spec, budget_s=budget, fork_from=self.target)
         if out.killed and cut_s < timeout_s:
             return None
         if not out.rows:
