@@ -329,7 +329,7 @@ def test_torch_sdpa_alibi_is_the_reference_through_a_float_mask():
 def test_an_adapter_that_drops_a_feature_is_a_harness_error():
     """A target whose calls never pass the sinks (and never read the key) ran another case."""
     from harness.targets.bundled import BundledCall, BundledTarget
-    from harness.targets import plan_run
+    from harness.targets.plan_run import dispatch
 
     class DropsSinks(BundledCall):
         def run_features_kw(self):
@@ -340,7 +340,7 @@ def test_an_adapter_that_drops_a_feature_is_a_harness_error():
 
     class Target(BundledTarget):
         def run(self, case, problem, buffers):
-            return plan_run.run(DropsSinks(case, problem, buffers, self.capabilities.features))
+            return dispatch.run(DropsSinks(case, problem, buffers, self.capabilities.features))
 
     case = Case("fa2.single_prefill", "t", "sinks",
                 {**BASE, "dtype": "bf16", "head_dim": 64, "qo_lens": [3], "kv_lens": [9],

@@ -41,8 +41,10 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
                 mod = node.module or ""
             if mod.split(".")[0] != "harness":
                 continue
+            # `from pkg import sub` runs pkg's __init__ too: an edge to both, as a strict
+            # reader of the import graph counts it.
             subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in known]
-            found.update(subs if subs and len(subs) == len(node.names) else [mod] + subs)
+            found.update([mod] + subs)
     return {m for m in found if m in known and m != name}
 
 

@@ -29,7 +29,7 @@ import torch
 
 from harness.model.capabilities import FEATURES, Capabilities
 from harness.model.routes import BUNDLED_ROUTES, OPS as ALL_OPS
-from harness.targets import plan_run
+from harness.targets.plan_run import dispatch
 from harness.targets.base import Skip, Target
 from harness.targets.plan_run.call import Call
 from harness.targets.plan_run.mismatch import PLAN_METADATA
@@ -107,7 +107,7 @@ class BundledTarget(Target):
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
         if case.route not in self.routes:
             raise Skip(f"the bundled library has no route {case.route!r}")
-        return plan_run.run(BundledCall(case, problem, buffers, self.capabilities.features))
+        return dispatch.run(BundledCall(case, problem, buffers, self.capabilities.features))
 
     def standalone_source(self, case) -> str | None:
         """`def call(inputs) -> dict` for the standalone script (Target.standalone_source)."""

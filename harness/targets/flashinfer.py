@@ -40,7 +40,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.model.capabilities import Capabilities
-from harness.targets import plan_run
+from harness.targets.plan_run import dispatch
 from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import to_layout
 from harness.targets.plan_run.call import Call
@@ -241,7 +241,7 @@ class FlashInferTarget(Target):
         if case.route not in self.routes:
             raise Skip(f"flashinfer has no route {case.route!r} here (routes: "
                        f"{', '.join(self.routes)})")
-        return plan_run.run(FiCall(case, problem, buffers, self.fi, self.capabilities.features),
+        return dispatch.run(FiCall(case, problem, buffers, self.fi, self.capabilities.features),
                             OWN_ROUTES)
 
 

@@ -34,7 +34,7 @@ tensors rewritten; params["sequence"] the order of calls:
   "run_replan_run"            plan(next), run(lse), restage to the problem,
                               plan(problem), run(lse)
 The answer compared is always the problem's: what plan() saw last.
-The calls both scripts make live in harness/targets/replan.py.
+The calls both scripts make live in harness/targets/plan_run/replan.py.
 """
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ import torch
 from harness.model.reference import attention_reference
 from harness.targets.base import Skip
 from harness.targets.layout import build_paged
-from harness.targets.plan_run import replan
+from harness.targets.plan_run.replan import capacity, graph_io, replan_and_run
+from harness.targets.plan_run.replan import restaged as run_restaged
 
 # ------------------------------------------------------------------ graph_replan
 
@@ -88,16 +89,16 @@ def graph_replan(c) -> dict:
     prefix = int(c.params.get("prefix_tokens", 0)) if c.has_partial_state else 0
     head, tail = _split_prefix(p, prefix)
     paged = build_paged(tail, page_size, "NHD", "shuffled", 0, c.case.seed)
-    cap = replan.capacity(c, paged.k_pages.shape[0])
+    cap = capacity(c, paged.k_pages.shape[0])
     wrapper = c.construct(
         c.lib.BatchPrefillWithPagedKVCacheWrapper, c.workspace(), kv_layout="NHD",
         use_cuda_graph=True, **c.prefill_backend(), **cap.graph_buffers(c.device))
     dims = dict(head_dim_vo=p.head_dim_vo, causal=p.causal, window_left=p.window_left,
                 sm_scale=c.sm_scale, q_data_type=p.dtype, kv_data_type=p.dtype,
                 **c.plan_extra())
-    q, cache, out, lse = replan.graph_io(c, paged, cap)
+    q, cache, out, lse = graph_io(c, paged, cap)
     state = _prefix_state(c, head, cap.rows) if prefix > 0 else None
-    return replan.replan_and_run(c, wrapper, cap, paged, dims, q, cache, out, lse, state)
+    return replan_and_run(c, wrapper, cap, paged, dims, q, cache, out, lse, state)
 
 
 # ------------------------------------------------------------------ restaged_indptr
@@ -112,7 +113,7 @@ def restaged(c) -> dict:
         raise Skip("the restaged tensors matter to the return_lse run's shadow plan")
     paged = build_paged(p, int(c.params.get("page_size", 16)), "NHD",
                         c.params.get("page_order", "shuffled"), 0, c.case.seed)
-    return replan.restaged(c, paged, c.decode_wrapper, **c.plan_extra())
+    return run_restaged(c, paged, c.decode_wrapper, **c.plan_extra())
 
 
 SCENARIOS = {
