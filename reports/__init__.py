@@ -117,10 +117,12 @@ def guards_of(row: Any) -> list[str]:
     if is_missing(value) or value == "":
         return []
     if isinstance(value, str):
-        if value.startswith("["):
-            value = json.loads(value)
-        else:
+        try:   # a JSON list, or names joined by commas; a hostile "[" is the latter
+            value = json.loads(value) if value.startswith("[") else value.split(",")
+        except ValueError:
             value = value.split(",")
+        if not isinstance(value, list):
+            value = [value]
     return [str(g).strip() for g in value if str(g).strip()]
 
 

@@ -245,3 +245,11 @@ def test_random_rows_load_or_fail_in_one_line_and_always_render(tmp_path, drawn,
     md = render_markdown(df)
     assert not re.search(r"<[A-Za-z/!]", _outside_code(md))
     assert not math.isnan(len(md))
+
+
+def test_a_guards_field_that_is_not_json_still_renders_its_repro():
+    from reports import guards_of
+    assert guards_of({"disable_guards": "["}) == ["["]
+    assert guards_of({"disable_guards": '["a", "b"]'}) == ["a", "b"]
+    assert guards_of({"disable_guards": "a,b"}) == ["a", "b"]
+    assert guards_of({"disable_guards": '"x"'}) == ['"x"']
