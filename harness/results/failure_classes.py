@@ -12,6 +12,7 @@ Pure pandas: the console summary and the reports both read it.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -68,6 +69,19 @@ class FailureClass:
     @property
     def label(self) -> str:
         return f"{self.family}.{self.variant}" if self.family else self.variant
+
+    @property
+    def key(self) -> tuple:
+        """What makes two failing rows one class (failure_classes groups by it)."""
+        return (self.family, self.variant, self.outcome, self.severity, self.message)
+
+    @property
+    def slug(self) -> str:
+        """A file-name-safe name, stable for the same key: `report --repros` names the
+        class's script `<slug>.py` and the HTML report links to it by that name."""
+        head = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.outcome}-{self.label}").strip("-.")[:60]
+        digest = hashlib.sha1(repr(self.key).encode()).hexdigest()[:8]
+        return f"{head or 'class'}-{digest}"
 
     @property
     def n_rows(self) -> int:
