@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 TARGET ?= bundled
 
-.PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps bench setup-vllm-cpu
+.PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps bench setup-vllm-cpu coverage
 
 ARCH = $$($(PY) -c 'from harness.model.platform_info import arch; print(arch())')
 
@@ -64,6 +64,11 @@ setup-vllm-cpu: setup
 check: setup
 	@$(PY) -m harness check --target $(TARGET) \
 	  --html reports/out/$(TARGET)-$(ARCH).html --markdown reports/out/$(TARGET)-$(ARCH).md $(ARGS)
+
+# Line and branch coverage of the bundled library (C++ and Python) under the ci profile:
+# results/coverage/coverage.txt; ARGS go to the check (ARGS='--family valid' for a quick one).
+coverage: setup
+	$(PY) -m harness.tools.coverage $(ARGS)
 
 # Debian's chromium, for the test that renders the HTML report in a real browser.
 browser-deps:

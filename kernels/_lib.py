@@ -65,6 +65,32 @@ _lock = threading.RLock()
 _handle = None
 _opened: dict = {}  # variant -> CDLL, each opened once per process
 _platform = None  # kernels_platform() of the loaded library, which cannot change in a process
+_coverage: list = []  # the opened coverage builds' CDLLs (env KERNELS_COVERAGE_DIR), to flush
+
+
+def _coverage_opened(h, info: dict) -> None:
+    """A coverage build was opened: its counters go to <KERNELS_COVERAGE_DIR>/gcda/<unit>.gcda
+    (libgcov's GCOV_PREFIX, read when it writes), so a run's counts start from nothing while
+    the build, and its .gcno files, stay cached. A forked child starts from zero: what it
+    inherited is the parent's to write."""
+    from .build import COVERAGE_ENV
+    objdir = info["coverage"]
+    os.environ["GCOV_PREFIX"] = os.path.join(os.environ[COVERAGE_ENV], "gcda")
+    os.environ["GCOV_PREFIX_STRIP"] = str(len(os.path.abspath(objdir).strip("/").split("/")))
+    h.kernels_coverage_flush.argtypes, h.kernels_coverage_flush.restype = [], None
+    h.kernels_coverage_reset.argtypes, h.kernels_coverage_reset.restype = [], None
+    if not _coverage:
+        os.register_at_fork(after_in_child=lambda: [c.kernels_coverage_reset() for c in _coverage])
+    _coverage.append(h)
+
+
+def flush_coverage() -> None:
+    """Write the coverage counters of every coverage build this process opened, then zero them;
+    a no-op in any other process. For a process about to leave by os._exit, which skips
+    libgcov's exit-time writer (harness/engine/fast_exit.py runs this first); concurrent
+    writers are merged by libgcov under an fcntl lock on each .gcda."""
+    for h in _coverage:
+        h.kernels_coverage_flush()
 
 
 def open_variant(variant: str):
@@ -73,13 +99,16 @@ def open_variant(variant: str):
         h = _opened.get(variant)
         if h is None:
             from .build import build_info
-            h = C.CDLL(build_info(variant)["path"])
+            info = build_info(variant)
+            h = C.CDLL(info["path"])
             sigs = {**_SIGNATURES, **(_TESTONLY_SIGNATURES if variant == "testonly" else {})}
             for name, (args, res) in sigs.items():
                 fn = getattr(h, name)
                 fn.argtypes, fn.restype = args, res
             if h.kernels_params_size() != C.sizeof(AttnParams):
                 raise RuntimeError("kernels: AttnParams in _lib.py disagrees with csrc/params.h")
+            if "coverage" in info:
+                _coverage_opened(h, info)
             _opened[variant] = h
         return h
 

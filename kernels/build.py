@@ -5,11 +5,16 @@ target builds again and nothing else does. Concurrent processes (xdist workers) 
 lock and the library appears by atomic rename, so it is built once.
 
     python -m kernels.build [--platform host|nvidia|amd] [--arch A[,B]] [--compile-only]
-                            [--variant default|testonly]
+                            [--variant default|testonly] [--coverage]
 
 Two variants share the sources: `default`, the shipped libkernels.so, and `testonly`,
 libkernels_testonly.so, compiled with -DKERNELS_TEST_FAULTS and csrc/testonly/ (the kernel
 faults kernels.testonly selects). Each is keyed by its own sources and flags.
+
+Either can also be built for coverage (host only; `harness.tools.coverage` does it, selected
+in a process by env KERNELS_COVERAGE_DIR): gcc --coverage -O0, one object per unit in a
+directory of its own in the cache, so each unit's .gcno lies next to its object and the
+.gcda paths compiled in never change. csrc/coverage/flush.cpp adds kernels_coverage_flush.
 
 amd picks a toolchain per arch: hipcc first, else clang++-19..22 driven directly in HIP mode
 against Debian's HIP 5.2 headers and device libraries (kernels/AMD.md says what each covers).
@@ -42,6 +47,15 @@ LIB_NAMES = {"default": LIB_NAME, "testonly": "libkernels_testonly.so"}
 TESTONLY_DIR = CSRC / "testonly"
 # The test-only library compiles testonly/api.cpp (which includes api.cpp) in api.cpp's place.
 TESTONLY_REPLACES = "api.cpp"
+# The coverage build: one more unit (the exported flush), and the environment variable that
+# selects it in a process (the directory its counters and the Python tracer's data go to).
+COVERAGE_DIR = CSRC / "coverage"
+COVERAGE_ENV = "KERNELS_COVERAGE_DIR"
+# -O0: a line's counts are its own; atomic: OpenMP threads' counts add up exactly;
+# -fno-exceptions: nothing here throws (no try, a C ABI), so gcov's branches are decisions only,
+# not every call's may-throw edge.
+COVERAGE_FLAGS = ["--coverage", "-O0", "-fprofile-update=atomic", "-fno-exceptions"]
+OBJ_DIR = "obj"
 
 
 class BuildError(RuntimeError):
@@ -72,6 +86,34 @@ def compiled(variant: str = "default") -> list[Path]:
 
 def _variant_flags(variant: str) -> list[str]:
     return ["-DKERNELS_TEST_FAULTS"] if variant == "testonly" else []
+
+
+def coverage_wanted() -> bool:
+    """Whether this process loads the coverage build (env KERNELS_COVERAGE_DIR set)."""
+    return bool(os.environ.get(COVERAGE_ENV))
+
+
+def _unit_stem(unit: Path) -> str:
+    """testonly/api.cpp -> testonly__api: one object (and .gcno/.gcda) name per unit."""
+    return unit.relative_to(CSRC).with_suffix("").as_posix().replace("/", "__")
+
+
+def coverage_commands(arch: str, objdir: Path, out: Path, variant: str = "default"
+                      ) -> list[list[str]]:
+    """The coverage build's command lines: one compile per unit into objdir, then the link.
+    Host only: gcov instruments host code, and the host build is the one run as CPU loops."""
+    cmd, _ = command("host", arch, out, variant=variant)
+    cc, flags = cmd[0], [f for f in cmd[1:-2] if f not in {str(p) for p in compiled(variant)}]
+    flags = [f for f in flags if f not in ("-O2", "-shared")] + COVERAGE_FLAGS
+    cmds = [[cc, *flags, "-c", str(u), "-o", str(objdir / f"{_unit_stem(u)}.o")]
+            for u in compiled(variant)]
+    # The flush wrapper counts nothing of the library's own, so it is not instrumented.
+    flush = COVERAGE_DIR / "flush.cpp"
+    cmds.append([cc, *[f for f in flags if f not in COVERAGE_FLAGS], "-c", str(flush), "-o",
+                 str(objdir / "coverage_flush.o")])
+    objs = [str(objdir / f"{_unit_stem(u)}.o") for u in compiled(variant)] + [str(objdir / "coverage_flush.o")]
+    cmds.append([cc, "-shared", "-fopenmp", "--coverage", *objs, "-o", str(out)])
+    return cmds
 
 
 def cache_dir() -> Path:
@@ -282,7 +324,7 @@ def command(platform: str, arch: str, out: Path, devlibs: str = DEVLIBS_PLACEHOL
     return [cc, *flags, *vflags, *srcs, "-o", str(out)], env
 
 
-def build_hash(platform: str, arch: str, variant: str = "default") -> str:
+def build_hash(platform: str, arch: str, variant: str = "default", coverage: bool = False) -> str:
     h = hashlib.sha256()
     for p in sources(variant):
         # The path below csrc/ (a plain name for the shipped files, so their key is unchanged).
@@ -298,6 +340,8 @@ def build_hash(platform: str, arch: str, variant: str = "default") -> str:
     # The compiled units too: which file stands in for which is part of what was built.
     units = [p.relative_to(CSRC).as_posix() for p in compiled(variant)]
     h.update(repr([platform, arch] + flags + (units if variant != "default" else [])).encode())
+    if coverage:  # its own key: the flags and the wrapper (the default key is as it was)
+        h.update(repr(COVERAGE_FLAGS).encode() + (COVERAGE_DIR / "flush.cpp").read_bytes())
     return h.hexdigest()
 
 
@@ -335,18 +379,36 @@ def code_objects(lib: Path) -> dict[str, int]:
     return found
 
 
-def ensure_built(platform: str | None = None, arch: str | None = None, variant: str = "default") -> dict:
-    """Build if needed; return build_info's dict."""
+def _compile_coverage(arch: str, objdir: Path, out: Path, variant: str) -> None:
+    objdir.mkdir(parents=True, exist_ok=True)
+    for cmd in coverage_commands(arch, objdir, out, variant):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"host coverage build failed ({cmd[0]}, exit {proc.returncode}):\n"
+                             f"{proc.stdout}{proc.stderr}")
+
+
+def ensure_built(platform: str | None = None, arch: str | None = None, variant: str = "default",
+                 coverage: bool = False) -> dict:
+    """Build if needed; return build_info's dict (coverage: also its objdir, of the .gcno)."""
     _check_variant(variant)
     if platform is None:
         platform, detected = detect()
         arch = arch or detected
+        if coverage and platform != "host":
+            platform, arch = "host", "native"  # the coverage build is the host's CPU loops
+    if coverage and platform != "host":
+        raise BuildError(f"the coverage build is host only, not {platform}")
     arch = arch or ("native" if platform == "host" else None)
     if arch is None:
         raise BuildError(f"platform {platform}: pass --arch")
-    key = build_hash(platform, arch, variant)
+    key = build_hash(platform, arch, variant, coverage)
     root = cache_dir()
-    target = root / f"{platform}-{arch.replace(',', '+')}-{key[:16]}" / LIB_NAMES[variant]
+    tag = "-coverage" if coverage else ""
+    target = root / f"{platform}-{arch.replace(',', '+')}{tag}-{key[:16]}" / LIB_NAMES[variant]
+    if coverage:
+        info = {"platform": platform, "arch": arch, "build_hash": key, "path": str(target),
+                "variant": variant, "coverage": str(target.parent / OBJ_DIR)}
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target.parent / ".lock", "w") as lock:
@@ -355,11 +417,16 @@ def ensure_built(platform: str | None = None, arch: str | None = None, variant: 
                 fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
                 os.close(fd)
                 try:
-                    _compile(platform, arch, Path(tmp), variant)
+                    if coverage:
+                        _compile_coverage(arch, target.parent / OBJ_DIR, Path(tmp), variant)
+                    else:
+                        _compile(platform, arch, Path(tmp), variant)
                     os.replace(tmp, target)
                 finally:
                     if os.path.exists(tmp):
                         os.unlink(tmp)
+    if coverage:
+        return info
     return {"platform": platform, "arch": arch, "build_hash": key, "path": str(target), "variant": variant}
 
 
@@ -370,11 +437,14 @@ _active = "default"
 
 def build_info(variant: str | None = None) -> dict:
     """dict(platform, arch, build_hash, path, variant) of the library this process loads (or
-    of the variant named), built on first use."""
+    of the variant named), built on first use. This is where the library is chosen: with env
+    KERNELS_COVERAGE_DIR set it is the variant's coverage build (one more key, coverage: the
+    directory of its objects and .gcno files)."""
     variant = variant or _active
-    if variant not in _INFO:
-        _INFO[variant] = ensure_built(variant=variant)
-    return dict(_INFO[variant])
+    coverage = coverage_wanted()
+    if (variant, coverage) not in _INFO:
+        _INFO[(variant, coverage)] = ensure_built(variant=variant, coverage=coverage)
+    return dict(_INFO[(variant, coverage)])
 
 
 def set_active(variant: str) -> None:
@@ -434,10 +504,16 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-only", action="store_true", help="build to a temp dir and report")
     ap.add_argument("--variant", choices=VARIANTS, default="default",
                     help="testonly: libkernels_testonly.so, with the kernel faults of csrc/testonly/")
+    ap.add_argument("--coverage", action="store_true",
+                    help="the host coverage build (gcc --coverage -O0), into the cache")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        if args.compile_only:
+        if args.coverage and args.compile_only:
+            raise BuildError("--coverage builds into the cache; it has no --compile-only")
+        if args.coverage:
+            info = ensure_built(args.platform or "host", args.arch, args.variant, coverage=True)
+        elif args.compile_only:
             plat = args.platform or detect()[0]
             arch = args.arch or ("native" if plat == "host" else None)
             if arch is None:

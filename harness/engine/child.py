@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.engine import isolation
+from harness.engine import fast_exit, isolation
 
 WORKER = "child"
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +123,7 @@ def _forked(spec: Spec, target, state_dir: str, budget_s: float | None):
             torch.set_num_threads(1)   # a forked child has no OpenMP pool threads
             code = serve(spec, state_dir, target=target)
         finally:
+            fast_exit.flush_coverage()   # os._exit skips a coverage run's writers
             os._exit(code)
     os.close(w)
     data, killed = b"", False

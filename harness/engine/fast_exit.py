@@ -6,6 +6,11 @@ controller waits for), then the controller, then the parent. Each of them calls 
 the point where its output is complete: every file it wrote is closed (rows are single
 O_APPEND writes, synced by the controller at sessionfinish) and only the standard streams
 can still hold bytes, which are flushed here.
+
+A coverage run (harness/tools/coverage.py) has more to write that the teardown would have:
+libgcov's counters and the Python tracer's data. flush_coverage writes them; exit_now and
+every other os._exit of the harness (forked children, a retiring worker) call it first. It
+imports nothing: a process that never loaded the library has no counters to write.
 """
 from __future__ import annotations
 
@@ -17,11 +22,32 @@ import sys
 ENV = "HARNESS_FAST_EXIT"
 
 
+# Writers a coverage run registers (the Python tracer's); none in any other run.
+_WRITERS: list = []
+
+
+def on_flush(writer) -> None:
+    """Have flush_coverage call writer() (no arguments) too."""
+    _WRITERS.append(writer)
+
+
+def flush_coverage() -> None:
+    """Write what coverage counters this process holds; a no-op outside a coverage run."""
+    lib = sys.modules.get("kernels._lib")
+    for write in [getattr(lib, "flush_coverage", None), *_WRITERS]:
+        if write is not None:
+            try:
+                write()
+            except Exception as e:  # a lost count must not turn into a lost row
+                print(f"coverage: could not write counters: {e}", file=sys.stderr)
+
+
 def wanted() -> bool:
     return os.environ.get(ENV) == "1"
 
 
 def exit_now(code: int) -> None:
+    flush_coverage()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

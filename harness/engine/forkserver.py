@@ -22,7 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from harness.engine import child
+from harness.engine import child, fast_exit
 
 
 class ForkServer:
@@ -145,6 +145,7 @@ def _serve_forever(target_spec: str) -> int:
                 sys.stdout = os.fdopen(1, "w", buffering=1)
                 code = child.serve(spec, state_dir, target=target)
             finally:
+                fast_exit.flush_coverage()   # os._exit skips a coverage run's writers
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)

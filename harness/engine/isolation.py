@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.engine import fast_exit
 from harness.model.signals import names_device_fault, signal_text
 from harness.model.sizes import case_work
 
@@ -156,6 +157,7 @@ class WorkerState:
         self.data["retired"] = reason
         self._write()
         self._fault_file.flush()
+        fast_exit.flush_coverage()   # os._exit skips a coverage run's writers
         os._exit(RETIRE_EXIT)
 
 

@@ -19,6 +19,8 @@ int kernels_fail(const char* fmt, ...) {
   return 1;
 }
 
+// On the host kernels_launch_error() is always null (platform.h): the failure arm is a GPU
+// build's only, no host input reaches it.
 static int launched(const char* what) {
   const char* e = kernels_launch_error();
   return e ? kernels_fail("%s: launch failed: %s", what, e) : 0;
@@ -28,6 +30,7 @@ static bool dtype_ok(int dt) { return dt == DT_F32 || dt == DT_F16 || dt == DT_B
 static bool kv_dtype_ok(int dt) { return dtype_ok(dt) || dt == DT_E4M3 || dt == DT_E5M2; }
 
 static int check_params(const AttnParams* p, const char* what) {
+  // Never null from Python: _launch.py passes its AttnParams by reference. Other C callers only.
   if (!p) return kernels_fail("%s: null params", what);
   if (!dtype_ok(p->q_dtype) || !kv_dtype_ok(p->kv_dtype) || !dtype_ok(p->o_dtype))
     return kernels_fail("%s: unknown dtype code (q %d, kv %d, o %d)", what, p->q_dtype, p->kv_dtype, p->o_dtype);
@@ -114,6 +117,7 @@ int kernels_merge_state_in_place(void* v, float* s, const void* vo, const float*
 extern "C" {
 // Element conversion on host memory with the kernels' own fp16/bf16 routines (tests check
 // them against torch bit for bit).
+// No wrapper calls it, so a check never does: tests/test_kernels_build.py is its only caller.
 int kernels_convert_host(const void* in, int in_dtype, void* out, int out_dtype, int64_t n) {
   if (!dtype_ok(in_dtype) || !dtype_ok(out_dtype)) return kernels_fail("convert: unknown dtype code");
   for (int64_t i = 0; i < n; ++i) st_dt(out, i, out_dtype, ld_dt(in, i, in_dtype));
