@@ -15,6 +15,7 @@ import pandas as pd
 from harness.model.classify import OUTCOMES  # noqa: F401  (one outcome list, re-exported)
 from harness.results.failure_classes import OUTCOME_ORDER
 from harness.results.repro_command import repro_args, typed
+from harness.results.summary import diffs_text, output_numbers  # noqa: F401  (re-exported)
 from harness.results.table import COLUMNS, load_table
 
 # Worst first: the order a failing cell or table sorts by.
@@ -75,10 +76,19 @@ def fmt_diff(value: Any) -> str:
 
 
 def error_ratio(row: Any) -> float | None:
-    """max |diff| / tolerance (above 1 is wrong); None when the row lacks either number."""
+    """The worst output's max |diff| / its own tolerance (above 1 is wrong); None when the
+    row lacks the numbers.
+
+    The recorded error_ratio, else the per-output columns' worst. Only a row from before
+    both falls back to max |diff| / tolerance: a row with per-output columns never divides
+    one output's diff by the other's tolerance."""
     recorded = row.get("error_ratio")
     if _number(recorded) is not None:
         return _number(recorded)
+    per = output_numbers(row)
+    if per:
+        ratios = [n["ratio"] for n in per if n["ratio"] is not None]
+        return max(ratios) if ratios else None
     diff, tol = _number(row.get("max_abs_diff")), _number(row.get("tolerance"))
     if diff is None or tol is None or tol <= 0:
         return None

@@ -37,6 +37,9 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--merge-different", action="store_true",
                         help="merge tables that differ in target, guards or library commit, "
                              "and show each (target, guards, commit) group's counts side by side")
+    parser.add_argument("--repros", default=None, metavar="DIR",
+                        help="write one standalone repro script per failure class into DIR "
+                             "and link each class to it from the HTML")
     parser.add_argument("--title", default=None)
 
 
@@ -115,8 +118,9 @@ def report_main(args: argparse.Namespace) -> int:
             base, _ = apply_ledger_per_arch(base, args.ledger)
     title = getattr(args, "title", None) or default_title(df)
     out = Path(args.out) if getattr(args, "out", None) else default_out(args.results)
+    repros = getattr(args, "repros", None)
     _write("--out", lambda: render_html(df, out, base_df=base, title=title,
-                                              groups=groups))
+                                        groups=groups, repros=repros))
     n_fail = int((~df["pass"]).sum())
     print(f"report: {len(df)} rows, {n_fail} failing -> {out}")
     columns = pairs(df)
@@ -124,8 +128,8 @@ def report_main(args: argparse.Namespace) -> int:
         print(f"report: cross-target section (#cross-target) over {len(columns)} (target, arch) "
               "columns: " + ", ".join(f"{t}/{a}" for t, a in columns))
     if getattr(args, "markdown", None):
-        _write("--markdown", lambda: _write_text(args.markdown, render_markdown(df, base, title=title,
-                                                                                   groups=groups)))
+        _write("--markdown", lambda: _write_text(args.markdown, render_markdown(
+            df, base, title=title, groups=groups, repros=repros, md_path=args.markdown)))
         print(f"report: markdown -> {args.markdown}")
     for err in errors:
         print(f"ledger: {err}", file=sys.stderr)

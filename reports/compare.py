@@ -3,11 +3,31 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.results.summary import diffs_text
+from harness.results.table import PER_OUTPUT_COLUMNS
+
 from . import prepare
 
 CHANGES = ("regression", "fix", "new", "removed", "changed", "unchanged")
+# The per-output columns (o's and lse's own max |diff|, tolerance, ratio) go along, so a
+# change shows each output against its own tolerance.
 _CARRIED = ("route", "family", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
-            "message", "target", "disable_guards", "case_json", "ledger")
+            "message", "target", "disable_guards", "case_json", "ledger", *PER_OUTPUT_COLUMNS)
+
+
+def side(change, which: str) -> dict:
+    """One side (`base` or `head`) of a compare() row as a row: its `<which>_*` columns."""
+    prefix = f"{which}_"
+    return {k[len(prefix):]: v for k, v in dict(change).items() if str(k).startswith(prefix)}
+
+
+def head_side(change) -> dict:
+    return side(change, "head")
+
+
+def side_diffs(change, which: str) -> str:
+    """That side's max |diff|, o's and lse's each against its own tolerance."""
+    return diffs_text(side(change, which))
 
 
 def _key(base: pd.DataFrame, head: pd.DataFrame) -> list[str]:
@@ -76,7 +96,8 @@ def by_arch(df: pd.DataFrame) -> pd.DataFrame:
     """Arch vs arch: one row per (target, case), with outcome/pass/max |diff| per arch.
 
     Columns: target, route, family, case_id, then `outcome:<arch>`,
-    `pass:<arch>`, `max_abs_diff:<arch>`, `wrong:<arch>` for each arch, and
+    `pass:<arch>`, `max_abs_diff:<arch>`, `diffs:<arch>` (o's and lse's own, diffs_text),
+    `wrong:<arch>` for each arch, and
     `differs` (outcomes are not all the same) and `any_fail`.
     """
     df = prepare(df)
@@ -88,6 +109,8 @@ def by_arch(df: pd.DataFrame) -> pd.DataFrame:
         out[f"outcome:{arch}"] = part["outcome"]
         out[f"pass:{arch}"] = part["pass"]
         out[f"max_abs_diff:{arch}"] = part["max_abs_diff"]
+        out[f"diffs:{arch}"] = [diffs_text(r) for r in
+                                part.reindex(out.index).to_dict("records")]
         out[f"wrong:{arch}"] = [
             f"{int(w)}/{int(t)}" if pd.notna(w) and pd.notna(t) else ""
             for w, t in zip(part["n_wrong"].reindex(out.index), part["n_total"].reindex(out.index))]

@@ -10,9 +10,9 @@ import pandas as pd
 
 from harness.results.failure_classes import failure_classes
 
-from . import OUTCOMES, SEVERITY, fmt_diff, prepare
+from . import OUTCOMES, SEVERITY, prepare
 from .classes import class_groups
-from .compare import CHANGES, compare, summary
+from .compare import CHANGES, compare, side_diffs, summary
 from .cross import cross_target, pairs
 from .errchart import family_charts
 from .header import header
@@ -75,20 +75,22 @@ def _changes(base_df: pd.DataFrame, df: pd.DataFrame) -> dict:
             "case_id": r["case_id"], "route": text(r["route"]),
             "arch": text(r.get("arch", "")),
             "base": text(r["base_outcome"]), "head": text(r["head_outcome"]),
-            "base_diff": fmt_diff(r["base_max_abs_diff"]),
-            "head_diff": fmt_diff(r["head_max_abs_diff"]),
+            "base_diff": side_diffs(r, "base"),
+            "head_diff": side_diffs(r, "head"),
             "head_pass": text(r["head_pass"]) == "True",
         } for _, r in part.iterrows()]
     return {"summary": summary(changes), "groups": groups}
 
 
 def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = "",
-            groups: dict | None = None) -> dict:
+            groups: dict | None = None, repros=None, html_path=None) -> dict:
+    """`repros`: the folder `report --repros` wrote its `<slug>.py` scripts into; each class
+    whose script is there links to it, relative to `html_path` (the report's file)."""
     df = prepare(df)
     counts = df["outcome"].value_counts()
     classes = failure_classes(df)
     known = df[df["pass"] & df["ledger"].notna() & (df["ledger"].astype(str) != "")]
-    by_severity, unstable = class_groups(classes), _unstable(df)
+    by_severity, unstable = class_groups(classes, repros, html_path), _unstable(df)
     known_views = [row_view(r) for r in known.to_dict("records")]
     cross = cross_target(df)
     changes = _changes(base_df, df) if base_df is not None else None
@@ -118,13 +120,15 @@ def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = 
 
 
 def render_html(df: pd.DataFrame, path, base_df: pd.DataFrame | None = None,
-                title: str = "Attention correctness report", groups: dict | None = None) -> Path:
+                title: str = "Attention correctness report", groups: dict | None = None,
+                repros=None) -> Path:
     """Write the report to `path` (parents created) and return the path.
 
     `groups` (reports.groups.side_by_side) adds the per-run counts of tables merged with
-    --merge-different."""
-    html = _env().get_template("report.html.j2").render(**context(df, base_df, title, groups))
+    --merge-different; `repros` (report --repros) links each class to its script there."""
     path = Path(path)
+    html = _env().get_template("report.html.j2").render(
+        **context(df, base_df, title, groups, repros=repros, html_path=path))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
     return path

@@ -1,15 +1,20 @@
 """A Markdown summary for a PR comment: regressions and failures first, under the comment limit."""
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 
-from harness.results.failure_classes import failure_classes, verdict
+from harness.results.failure_classes import causes_text, failure_classes, verdict
 from harness.results.sanitizer_report import report_of, where_text
 
-from . import OUTCOMES, fmt_diff, fmt_wrong, prepare, repro_command, sort_failures_first
-from .compare import arches, by_arch, compare, summary
+from . import (OUTCOMES, diffs_text, fmt_wrong, prepare, repro_command,
+               sort_failures_first)
+from .classes import repro_link
+from .compare import arches, by_arch, compare, head_side, summary
 from .header import conditions
 
 LIMIT = 65_000
@@ -115,10 +120,35 @@ def _groups_table(out: _Budget, groups: dict) -> None:
               [[_cell(r["label"])] + [str(n) for n in r["counts"]] for r in groups["rows"]])
 
 
+def _diffs(row) -> str:
+    """o's and lse's own max |diff|, each against its own tolerance (diffs_text)."""
+    return _cell(diffs_text(row))
+
+
+def _where(cls) -> str:
+    """`2 variants; tensors: k, q`: where a class appears besides its routes."""
+    parts = []
+    if len(cls.variants) > 1:
+        parts.append(f"{len(cls.variants)} variants")
+    if cls.tensors:
+        shown = ", ".join(cls.tensors[:6]) + (f", … (+{len(cls.tensors) - 6})"
+                                             if len(cls.tensors) > 6 else "")
+        parts.append("tensors: " + shown)
+    return _cell("; ".join(parts))
+
+
+def _script_cell(cls, repros, md_path) -> str:
+    """A link to the class's `report --repros` script (relative to the Markdown file), or ''."""
+    link = repro_link(cls, repros, md_path)
+    return f"[{_cell(Path(link).name)}]({quote(link)})" if link else ""
+
+
 def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
                     title: str = "Attention correctness", limit: int = LIMIT,
-                    groups: dict | None = None) -> str:
-    """`groups` (reports.groups.side_by_side): tables merged with --merge-different."""
+                    groups: dict | None = None, repros=None, md_path=None) -> str:
+    """`groups` (reports.groups.side_by_side): tables merged with --merge-different.
+    `repros`: the folder of `report --repros` scripts; each class whose `<slug>.py` is there
+    links to it, relative to `md_path` (where the Markdown goes)."""
     df = prepare(df)
     out = _Budget(limit)
     n_fail = int((~df["pass"]).sum())
@@ -146,14 +176,16 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
             out.add("Base vs head: " + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".")
         return "\n".join(out.lines).rstrip() + "\n"
     if classes:
-        out.add(f"### Failure classes: {len(classes)}")
+        out.add(f"### Failure classes: {causes_text(len(classes))}")
         out.add("")
-        out.table("Failure classes", ["severity", "class", "outcome", "rows", "routes", "message",
-                                      "example"], [
-            [_cell(c.group), _code(c.label), f"**{_cell(c.outcome)}**", str(c.n_rows),
-             _cell(", ".join(c.routes)), _cell(c.example_message),
-             _code(repro_command(c.rows.iloc[0]))]
-            for c in classes], share=0.25)
+        scripts = [_script_cell(c, repros, md_path) for c in classes] if repros else []
+        out.table("Failure classes", ["severity", "class", "outcome", "rows", "routes", "where",
+                                      "message", "example"] + (["script"] if any(scripts) else []), [
+            [_cell(c.group), _code(c.label),
+             f"**{_cell(c.outcome)}**" + (f" ({_cell(c.differs)})" if c.differs else ""),
+             str(c.n_rows), _cell(", ".join(c.routes)), _where(c), _cell(c.example_message),
+             _code(repro_command(c.rows.iloc[0]))] + ([scripts[i]] if any(scripts) else [])
+            for i, c in enumerate(classes)], share=0.25)
 
     if base_df is not None:
         changes = compare(base_df, df)
@@ -178,11 +210,12 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
             out.table(heading, header, [
                 [_cell(r["route"]), _code(r["case_id"])] + ([_cell(r["arch"])] if arch_col else [])
                 + [_cell(r["base_outcome"]) or "—", _cell(r["head_outcome"]) or "—",
-                   fmt_diff(r["head_max_abs_diff"])]
+                   _diffs(head_side(r))]
                 for _, r in part.iterrows()], share=0.2)
 
     failing = sort_failures_first(df[~df["pass"]])
     if len(failing):
+        # Every failing row, one line each (what `check` once printed on the console).
         out.add(f"### Failures: {len(failing)}")
         out.add("")
         multi = len(names) > 1
@@ -194,7 +227,7 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
         out.table("Failures", header, [
             [_cell(r["route"]), _code(r["case_id"])] + ([_cell(r["arch"])] if multi else [])
             + [f"**{_cell(r['outcome'])}**", _cell(r["severity"]), _cell(r["isolation"]),
-               fmt_diff(r["max_abs_diff"]), fmt_wrong(r), _cell(r["message"])]
+               _diffs(r), fmt_wrong(r), _cell(r["message"])]
             + ([_sanitizer_cell(r["sanitizer"])] if sanitized else [])
             + [_code(repro_command(r))]
             for _, r in failing.iterrows()], share=0.4)
@@ -214,14 +247,14 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
         out.table("All cases", ["route", "case"] + [_cell(a) for a in names] + ["max \\|diff\\|", "wrong/total"], [
             [_cell(r["route"]), _code(r["case_id"])]
             + [_cell(r[f"outcome:{a}"]) or "—" for a in names]
-            + [" / ".join(fmt_diff(r[f"max_abs_diff:{a}"]) or "—" for a in names),
+            + [" / ".join(_cell(r[f"diffs:{a}"]) or "—" for a in names),
                " / ".join(_cell(r[f"wrong:{a}"]) or "—" for a in names)]
             for _, r in table.iterrows()])
     else:
         rows = sort_failures_first(df)
         out.table("All cases", ["route", "case", "outcome", "max \\|diff\\|", "wrong/total"], [
             [_cell(r["route"]), _code(r["case_id"]), _cell(r["outcome"]),
-             fmt_diff(r["max_abs_diff"]), fmt_wrong(r)]
+             _diffs(r), fmt_wrong(r)]
             for _, r in rows.iterrows()])
 
     if out.left_out:

@@ -8,7 +8,8 @@ from typing import Any
 
 from harness.results.sanitizer_report import report_of, where_text
 
-from . import error_ratio, fmt_diff, fmt_wrong, guards_of, is_missing, params_text, repro_command
+from . import (error_ratio, fmt_diff, fmt_wrong, guards_of, is_missing, output_numbers,
+               params_text, repro_command)
 
 _SIGNAL = re.compile(r"\bSIG[A-Z0-9]+\b|\bexit -?\d+\b|\bsignal \d+\b")
 
@@ -90,6 +91,14 @@ def fmt_ratio(ratio: float | None) -> str:
     return "∞×" if ratio == float("inf") else f"{ratio:.3g}×"
 
 
+def outputs_view(row: Any) -> list[dict]:
+    """[{name, diff, tol, ratio}] as display text: o's and lse's own max |diff|, each with its
+    own tolerance and ratio ([] for a row from before the per-output columns)."""
+    return [{"name": n["name"], "diff": fmt_diff(n["diff"]),
+             "tol": fmt_diff(n["tol"]) if n["tol"] is not None else "",
+             "ratio": fmt_ratio(n["ratio"])} for n in output_numbers(row)]
+
+
 def sanitizer_view(row: Any) -> dict | None:
     """The row's compute-sanitizer report (`check --sanitizer`) as display text; None without one."""
     report = report_of(row.get("sanitizer"))
@@ -108,6 +117,7 @@ def row_view(row: Any) -> dict:
         "expect": text(row["expect"]), "pass": bool(row["pass"]),
         "max_abs_diff": fmt_diff(row["max_abs_diff"]), "wrong": fmt_wrong(row),
         "tolerance": fmt_diff(row.get("tolerance")), "ratio": fmt_ratio(error_ratio(row)),
+        "outputs": outputs_view(row),
         "rel_error": fmt_diff(row.get("rel_error")),
         "first_bad_index": text(row["first_bad_index"]), "message": text(row["message"]),
         "error_type": text(row["error_type"]), "stage": text(row["stage"]),

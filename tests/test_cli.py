@@ -116,8 +116,11 @@ def test_check_summarizes_and_exits_by_rows(none_then_wrong):
     (line,) = [l for l in bad.stdout.splitlines() if l.strip().startswith("faults.wrong")]
     assert "wrong" in line and line.count("max|diff|") == 1 and line.count("16/16") == 1
     assert "1 cases, 1 failing (1 correctness)" in bad.stdout
-    # --disable-guards: the "before" table, and no reruns of a known-bad library
-    assert "| Route | Case | Result |" in bad.stdout
+    # --disable-guards: the verdict and the classes, never the per-row table (that is the
+    # Markdown report's), and no reruns of a known-bad library
+    assert "| Route | Case | Result |" not in bad.stdout
+    assert "FAIL: 1 distinct cause (1 correctness)" in bad.stdout
+    assert "guards disabled: g1; --markdown FILE writes every failing row" in bad.stdout
     # The second run's table replaced the first's.
     assert len(rows) == 1 and rows[0]["reruns"] == 0 and rows[0]["disable_guards"] == "g1"
 

@@ -72,3 +72,18 @@ def test_summarize_names_the_first_failing_output():
     assert (s.ok, s.n_wrong, s.n_total, s.first_bad_index) == (False, 1, 8, ("lse", 1, 0))
     assert s.message == "lse max|diff| 0.5 > tol 0.001, 1/8 wrong, first at lse(1, 0)"
     assert s.tolerance == 0.01 and s.error_ratio == pytest.approx(500.0)
+
+
+def test_summarize_keeps_each_outputs_own_numbers():
+    exp = torch.zeros(8, dtype=torch.float64)
+    o_got, lse_got = exp.clone(), exp.clone()
+    o_got[0], lse_got[1] = 0.01, 6.6
+    s = summarize([("o", compare(o_got, exp, 0.05)), ("lse", compare(lse_got, exp, 0.001))])
+    assert s.max_abs_diff == pytest.approx(6.6) and s.tolerance == 0.05   # the old columns
+    assert (s.o_max_abs_diff, s.o_tolerance) == (pytest.approx(0.01), 0.05)
+    assert s.o_error_ratio == pytest.approx(0.2)
+    assert (s.lse_max_abs_diff, s.lse_tolerance) == (pytest.approx(6.6), 0.001)
+    assert s.lse_error_ratio == pytest.approx(6600)
+    only_o = summarize([("o", compare(o_got, exp, 0.05))])
+    assert only_o.lse_max_abs_diff is None and only_o.lse_tolerance is None
+    assert only_o.lse_error_ratio is None and only_o.o_error_ratio == pytest.approx(0.2)

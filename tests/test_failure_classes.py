@@ -4,8 +4,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.results.failure_classes import (classes_text, console_summary, failure_classes,
-                                     normalize_message, variant_of, verdict)
+from harness.results.failure_classes import (classes_text, console_summary, differs_of,
+                                             failure_classes, message_shape, normalize_message,
+                                             variant_of, variant_shape, verdict)
 
 
 def row(route, variant, outcome="wrong", ok=False, family="strided", tag="bf16-d128-h4x2",
@@ -36,7 +37,9 @@ def test_the_same_defect_on_three_routes_is_one_class():
     assert c.routes == ["fa2.paged_prefill", "fa2.single_prefill", "ll4mi.batch_decode"]
     assert c.example == "fa2.paged_prefill/strided.out_stride2/bf16-d128-h4x2-p16-nhd"
     assert list(c.rows["case_id"]) == sorted(df["case_id"][:3])
-    assert c.message == "o max|diff| <n> > tol <n>, <n>/<n> wrong, first at o<shape>"
+    assert c.message == ("<tensor> max|diff| <n> > tol <n>, <n>/<n> wrong, "
+                         "first at <tensor><shape>")
+    assert (c.differs, c.variants, c.tensors) == ("o", ["out_stride2"], ["out"])
 
 
 def test_different_outcomes_severities_and_variants_are_different_classes():
@@ -47,7 +50,7 @@ def test_different_outcomes_severities_and_variants_are_different_classes():
             message="worker died: SIGFPE during run"),
         row("fa2.batch_decode", "kv0", outcome="crash", family="gqa", severity="capability",
             message="worker died: SIGFPE during run"),
-        row("fa2.batch_decode", "kv1", outcome="crash", family="gqa",
+        row("fa2.batch_decode", "kv0", outcome="crash", family="misplanned",
             message="worker died: SIGFPE during run"),
         row("fa2.batch_decode", "kv0", outcome="crash", family="gqa",
             message="worker died: SIGSEGV during run"),
@@ -105,11 +108,13 @@ def test_verdict_counts_classes_by_severity():
         row("fa2.single_prefill", "v", outcome="harness_error", severity="harness"),
         row("fa2.single_prefill", "k", outcome="match", ok=True),
     ])
-    assert verdict(df) == ("FAIL: 1 correctness, 1 clarity classes, 1 harness error class "
+    assert verdict(df) == ("FAIL: 3 distinct causes (1 correctness, 1 clarity, 1 harness error) "
                            "across 4 failing rows (of 5)")
     assert verdict(df[df["pass"]]) == "PASS: 1 rows, 0 failing"
     no_severity = df.drop(columns="severity")
-    assert verdict(no_severity).startswith("FAIL: 2 unrated classes, 1 harness error class")
+    assert verdict(no_severity).startswith("FAIL: 3 distinct causes (2 unrated, 1 harness error)")
+    assert verdict(df.iloc[:2]) == ("FAIL: 1 distinct cause (1 correctness) across 2 failing "
+                                    "rows (of 2)")
 
 
 def test_console_text_prints_each_class_once_and_each_message_once():
@@ -118,18 +123,21 @@ def test_console_text_prints_each_class_once_and_each_message_once():
         [row(r, "out_stride2", message=msg.format(1.5)) for r in
          ("fa2.single_prefill", "fa2.paged_prefill", "fa2.single_decode", "fa2.ragged_prefill")]
         + [row("fa2.single_prefill", "q_stride2", message=msg.format(9.0)),
+           row("fa2.single_prefill", "q_heads", message=msg.format(9.0)),
            row("fa2.batch_decode", "kv0", outcome="crash", family="gqa",
                message="worker died: SIGFPE during run")])
     text = console_summary(df)
     lines = text.splitlines()
-    assert lines[0] == "FAIL: 3 correctness classes across 6 failing rows (of 6)"
+    assert lines[0] == "FAIL: 3 distinct causes (3 correctness) across 7 failing rows (of 7)"
     assert lines[1] == "3 failure classes, worst first:"
     body = lines[2:]
-    assert [line.split()[0] for line in body] == ["gqa.kv0", "strided.out_stride2",
-                                                  "strided.q_stride2"]
-    assert "4 routes: fa2.paged_prefill, fa2.ragged_prefill, fa2.single_decode, … (+1)" in body[1]
+    assert [line.split()[0] for line in body] == ["gqa.kv0", "strided.<tensor>_stride<n>",
+                                                  "strided.q_heads"]
+    assert "4 routes: fa2.paged_prefill, fa2.ragged_prefill, fa2.single_decode, … (+1) (5 rows)" \
+        "; 2 variants; tensors: out, q" in body[1]
+    assert body[1].split()[1] == "wrong(o)"
     assert text.count("wrong, first at") == 1
-    assert body[2].endswith("— same message as strided.out_stride2")
+    assert body[2].endswith("— same message as strided.<tensor>_stride<n>")
     assert "crash" in body[0] and "SIGFPE" in body[0]
     assert classes_text([]) == ""
     assert console_summary(df[df["route"] == "nothing"]) == "PASS: 0 rows, 0 failing"
@@ -140,3 +148,124 @@ def test_console_text_caps_the_number_of_classes():
     text = classes_text(failure_classes(df), max_classes=2)
     assert text.splitlines()[-1] == "  … and 3 more classes"
     assert len(text.splitlines()) == 4
+
+
+# ---- the key is the defect's signature: no route, tensor or number in it ----------------
+
+STRIDED_TENSORS = ("q", "k", "v", "k_cache", "v_cache", "kv_cache", "out", "s", "v_a", "s_b",
+                   "v_other", "partial_state_v", "partial_state_s", "paged_kv_indptr",
+                   "kv_indptr", "qo_indptr", "block_table", "seq_lens", "key_cache",
+                   "value_cache")
+
+
+def test_twenty_strided_tensors_with_one_message_shape_are_one_class():
+    assert len(STRIDED_TENSORS) == 20
+    df = pd.DataFrame([
+        row(f"fa2.route{i % 3}", f"{name}_stride2", stage="compare",
+            message=wrong_msg(1.5 + i, 3 + i, 512, (0, i, 1)), first_bad_index=["o", 0, i, 1])
+        for i, name in enumerate(STRIDED_TENSORS)])
+    (c,) = failure_classes(df)
+    assert c.n_rows == 20 and c.variant == "<tensor>_stride<n>"
+    assert c.label == "strided.<tensor>_stride<n>"
+    assert c.tensors == sorted(STRIDED_TENSORS)
+    assert c.variants == sorted(f"{t}_stride2" for t in STRIDED_TENSORS)
+    assert c.routes == ["fa2.route0", "fa2.route1", "fa2.route2"]
+    assert (c.stage, c.differs) == ("compare", "o")
+
+
+def test_window_variants_differing_only_in_numbers_are_one_class():
+    df = pd.DataFrame([row(f"ll4mi.batch_decode", f"d{d}_window{w}", family="small_head",
+                           message=wrong_msg(0.3 * d, d, 4 * d, (0, 1, d)))
+                       for d, w in ((32, 15), (48, 15), (64, 7), (128, 15), (256, 1))])
+    (c,) = failure_classes(df)
+    assert (c.n_rows, c.variant, len(c.variants)) == (5, "d<n>_window<n>", 5)
+    assert variant_shape("fp8_e4m3_window_hnd") == variant_shape("fp8_e5m2_window_hnd")
+
+
+def test_o_only_and_lse_only_wrong_are_two_classes():
+    o_wrong = dict(o_max_abs_diff=1.5, o_tolerance=0.05, o_error_ratio=30.0,
+                   lse_max_abs_diff=0.001, lse_tolerance=0.01, lse_error_ratio=0.1)
+    lse_wrong = dict(o_max_abs_diff=0.01, o_tolerance=0.05, o_error_ratio=0.2,
+                     lse_max_abs_diff=6.6, lse_tolerance=0.001, lse_error_ratio=6600.0)
+    both = dict(o_wrong, lse_max_abs_diff=6.6, lse_error_ratio=660.0)
+    df = pd.DataFrame([
+        row("fa2.single_prefill", "out_stride2", message=wrong_msg(1.5, 3, 64, (0, 0, 1)),
+            **o_wrong),
+        row("fa2.single_prefill", "lse_stride2", message="lse max|diff| 6.6 > tol 0.001, 3/8 "
+            "wrong, first at lse(0, 1)", **lse_wrong),
+        row("fa2.paged_prefill", "lse_stride2", message="lse max|diff| 2 > tol 0.002, 1/8 "
+            "wrong, first at lse(1, 1)", **lse_wrong),
+        row("fa2.single_prefill", "q_stride2", message=wrong_msg(1.5, 3, 64, (0, 0, 1)),
+            **both),
+    ])
+    classes = failure_classes(df)
+    assert sorted((c.differs, c.n_rows) for c in classes) == [("lse", 2), ("o", 1), ("o+lse", 1)]
+    assert len({c.key for c in classes}) == len({c.slug for c in classes}) == 3
+
+
+def test_what_differs_in_a_table_from_before_the_per_output_columns():
+    assert differs_of({"first_bad_index": ["lse", 0, 1]}) == "lse"
+    assert differs_of({"first_bad_index": '["o", 0, 1]'}) == "o"
+    assert differs_of({"message": "ran without error; the case must be refused (lse max|diff| "
+                                  "3 > tol 0.01, 1/4 wrong, first at lse(0, 1))"}) == "lse"
+    assert differs_of({"message": "worker died: SIGSEGV during run"}) == ""
+    # A missing output: an inf diff and no tolerance.
+    assert differs_of({"o_max_abs_diff": float("inf"), "o_tolerance": None,
+                       "lse_max_abs_diff": 0.0, "lse_tolerance": 0.01}) == "o"
+
+
+def test_crash_signals_and_stages_split_classes():
+    df = pd.DataFrame([
+        row("fa2.single_prefill", "kv0", outcome="crash", family="gqa", stage="run",
+            message="worker died: SIGSEGV during run"),
+        row("fa2.batch_decode", "kv0", outcome="crash", family="gqa", stage="run",
+            message="worker died: SIGFPE during run"),
+        row("fa2.paged_prefill", "kv0", outcome="crash", family="gqa", stage="run",
+            message="worker died: SIGFPE during run"),
+        row("fa2.paged_prefill", "kv1", outcome="crash", family="gqa", stage="plan",
+            message="worker died: SIGFPE during plan"),
+    ])
+    classes = failure_classes(df)
+    assert sorted((c.stage, c.n_rows, c.example_message.split()[2]) for c in classes) == [
+        ("plan", 1, "SIGFPE"), ("run", 1, "SIGSEGV"), ("run", 2, "SIGFPE")]
+
+
+def test_different_families_and_defects_stay_apart():
+    msg = wrong_msg(1.5, 3, 64, (0, 0, 1))
+    df = pd.DataFrame([row("fa2.single_prefill", "q_stride2", message=msg),
+                       row("fa2.single_prefill", "q_stride2", family="misplanned", message=msg),
+                       row("fa2.single_prefill", "q_heads", message=msg),
+                       row("fa2.single_prefill", "head_dim_vo", family="misplanned",
+                           outcome="silent", message="ran without error; the case must be "
+                           "refused (values match the reference)"),
+                       row("fa2.paged_prefill", "head_dim_vo", family="misplanned",
+                           outcome="silent", message="ran without error; the case must be "
+                           "refused (" + msg + ")"),
+                       row("fa2.single_prefill", "rank", family="misplanned", outcome="silent",
+                           message="ran without error; the case must be refused")])
+    classes = failure_classes(df)
+    # A silent row's values do not split its cause (the refusal that did not happen).
+    assert sorted((c.label, c.n_rows) for c in classes) == [
+        ("misplanned.head_dim_vo", 2), ("misplanned.q_stride2", 1), ("misplanned.rank", 1),
+        ("strided.q_heads", 1), ("strided.q_stride2", 1)]
+
+
+def test_message_shape_takes_out_tensor_names_and_the_route_but_not_english():
+    assert message_shape("refusal does not name k_cache as a word") == \
+        message_shape("refusal does not name paged_kv_indptr as a word")
+    assert message_shape("canary after out: 3 elements changed") == \
+        "canary after <tensor>: <n> elements changed"
+    assert message_shape("timed out after 30 s; read out of bounds") == \
+        "timed out after <n> s; read out of bounds"
+    assert message_shape("fa2.single_prefill refused", route="fa2.single_prefill") == \
+        message_shape("fa2.batch_decode refused", route="fa2.batch_decode")
+
+
+def test_slug_is_derived_from_the_key_and_file_name_safe():
+    msg = wrong_msg(1.5, 3, 64, (0, 0, 1))
+    one = failure_classes(pd.DataFrame([row("a.b", "q_stride2", message=msg)]))[0]
+    two = failure_classes(pd.DataFrame([row("c.d", "k_cache_stride2", message=msg),
+                                        row("a.b", "v_stride2", message=msg)]))[0]
+    assert one.key == two.key and one.slug == two.slug
+    assert one.slug.startswith("wrong-strided.T_strideN-")
+    assert all(ch.isalnum() or ch in "._-" for ch in one.slug)

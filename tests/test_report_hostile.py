@@ -211,6 +211,8 @@ def rows(draw):
            "message": draw(st.one_of(st.text(max_size=40), st.sampled_from(PAYLOADS))),
            "max_abs_diff": draw(st.one_of(st.none(), st.floats(allow_nan=True))),
            "tolerance": draw(st.one_of(st.none(), st.floats(0, 10))),
+           **{f"{out}_{what}": draw(st.one_of(st.none(), st.floats(allow_nan=True)))
+              for out in ("o", "lse") for what in ("max_abs_diff", "tolerance", "error_ratio")},
            "n_wrong": draw(st.one_of(st.none(), st.integers(0, 100))),
            "n_total": draw(st.one_of(st.none(), st.integers(1, 100))),
            "attempts": draw(st.one_of(st.none(), st.lists(st.fixed_dictionaries(

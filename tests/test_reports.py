@@ -141,12 +141,14 @@ def test_markdown_failures_first_and_regressions():
 def test_markdown_stays_under_limit_with_20000_rows():
     rows = [row(f"fa2.paged_prefill/strided.v{i}/bf16-d128-p16-with-a-long-tail", "match", True)
             for i in range(19_000)]
-    rows += [row(f"fa2.batch_decode/gqa.h{i}/bf16", "wrong", False, route="fa2.batch_decode",
-                 max_abs_diff=0.5, n_wrong=3, n_total=10, message="m" * 200) for i in range(1_000)]
+    # Variants named by letters, not numbers: 1000 causes (numbers alone would be one).
+    letters = ["".join(chr(97 + int(d)) for d in f"{i:03d}") for i in range(1_000)]
+    rows += [row(f"fa2.batch_decode/gqa.h{name}/bf16", "wrong", False, route="fa2.batch_decode",
+                 max_abs_diff=0.5, n_wrong=3, n_total=10, message="m" * 200) for name in letters]
     md = render_markdown(pd.DataFrame(rows))
     assert len(md) < 65_000
     assert "rows left out" in md and "Left out:" in md
-    assert md.index("### Failure classes: 1000") < md.index("### Failures: 1000") \
+    assert md.index("### Failure classes: 1000 distinct causes") < md.index("### Failures: 1000") \
         < md.index("### All cases")
 
 
@@ -222,7 +224,9 @@ def test_html_opens_on_failure_classes_grouped_by_severity(tmp_path):
     first_h2 = next(e for e in dom if e["tag"] == "h2")
     assert first_h2["_text"].startswith("Failure classes: 3")
     verdict = next(e for e in dom if e.get("id") == "verdict")
-    assert verdict["_text"] == "FAIL: 2 correctness, 1 clarity classes across 6 failing rows (of 8)"
+    assert verdict["_text"] == ("FAIL: 3 distinct causes (2 correctness, 1 clarity) across 6 "
+                                "failing rows (of 8)")
+    assert first_h2["_text"].startswith("Failure classes: 3 distinct causes")
     groups = [e["data-group"] for e in dom if e["tag"] == "h3" and "group" in e.get("class", "")]
     assert groups == ["correctness", "clarity"]
     classes = [e for e in dom if e["tag"] == "details" and e.get("class") == "fclass"]
@@ -312,8 +316,80 @@ def test_nondeterministic_and_flaky_rows_are_shown(tmp_path):
 
 def test_markdown_opens_on_failure_classes():
     md = render_markdown(guards_off_table())
-    assert md.index("**FAIL: 2 correctness, 1 clarity classes") < md.index("### Failure classes: 3") \
+    assert md.index("**FAIL: 3 distinct causes (2 correctness, 1 clarity)") \
+        < md.index("### Failure classes: 3 distinct causes") \
         < md.index("### Failures: 6") < md.index("### All cases")
     classes = md[md.index("### Failure classes"):md.index("### Failures")]
     assert classes.count("`strided.out_stride2`") == 1
     assert "fa2.paged_prefill, fa2.single_prefill, ll4mi.batch_decode" in classes
+
+
+# ---- o and lse apart; classes linked to their repro scripts -------------------------------
+
+def lse_wrong_row(**kw):
+    """lse wrong by 6.6 against its tolerance 0.001, o right: the row the old report showed as
+    `max |diff| 6.6 (6.58e+03× tol)`, lse's diff beside o's tolerance."""
+    return row("fa2.single_prefill/strided.lse_stride2/bf16", "wrong", False,
+               route="fa2.single_prefill", max_abs_diff=6.6, tolerance=0.05, error_ratio=6600.0,
+               o_max_abs_diff=0.01, o_tolerance=0.05, o_error_ratio=0.2,
+               lse_max_abs_diff=6.6, lse_tolerance=0.001, lse_error_ratio=6600.0,
+               n_wrong=3, n_total=520, severity="correctness",
+               message="lse max|diff| 6.6 > tol 0.001, 3/520 wrong, first at lse(0, 1)", **kw)
+
+
+def test_o_and_lse_are_shown_apart_each_against_its_own_tolerance(tmp_path):
+    df = pd.DataFrame([lse_wrong_row()])
+    html = render_html(df, tmp_path / "r.html").read_text()
+    dom = parse(html)
+    shown = {(e.get("data-output"), " ".join(e["_text"].split())) for e in dom
+             if "odiff" in e.get("class", "")}
+    assert ("o", "o max |diff| 0.01 (0.2× its tol)") in shown
+    assert ("lse", "lse max |diff| 6.6 (6.6e+03× its tol)") in shown
+    assert ("lse", "6.6 (tolerance 0.001, 6.6e+03×)") in shown
+    assert ("o", "0.01 (tolerance 0.05, 0.2×)") in shown
+    # Never lse's diff over o's tolerance, nor a ratio beside the max over both.
+    assert "6.6 (6.6e+03× tol)" not in html and "(tolerance 0.05, 6.6e+03×)" not in html
+    md = render_markdown(df)
+    failures = md[md.index("### Failures"):md.index("### Route")]
+    assert "o 0.01 (0.2× tol 0.05); lse 6.6 (6.6e+03× tol 0.001)" in failures
+    from harness.results.junit import failure_text
+    text = failure_text(df.iloc[0].to_dict(), "repro")
+    assert "o: 0.01 (0.2× tol 0.05)" in text and "lse: 6.6 (6.6e+03× tol 0.001)" in text
+    assert "\ntolerance:" not in text
+
+
+def test_a_row_from_before_the_per_output_columns_shows_its_max_bare(tmp_path):
+    old = {k: v for k, v in lse_wrong_row().items() if not k.startswith(("o_", "lse_"))}
+    dom = parse(render_html(pd.DataFrame([old]), tmp_path / "r.html").read_text())
+    (summary,) = [e for e in dom if e["tag"] == "summary" and "strided.lse_stride2/bf16" in
+                  e["_text"]]
+    assert "max |diff| 6.6" in summary["_text"] and "tol" not in summary["_text"]
+
+
+def test_classes_link_to_their_repro_scripts(tmp_path):
+    from harness.results.failure_classes import failure_classes
+    from reports.cli import main
+    df = guards_off_table()
+    results = tmp_path / "t.jsonl"
+    results.write_text("".join(json.dumps(r, allow_nan=True) + "\n"
+                               for r in df.to_dict("records")))
+    classes = failure_classes(df)
+    repros = tmp_path / "repros"
+    repros.mkdir()
+    (repros / f"{classes[0].slug}.py").write_text("# a dummy repro\n")   # only the first class
+    out, md = tmp_path / "out" / "r.html", tmp_path / "r.md"
+    assert main(["report", "--results", str(results), "--out", str(out), "--markdown", str(md),
+                 "--repros", str(repros)]) == 0
+    dom = parse(out.read_text())
+    links = [e for e in dom if e["tag"] == "a" and e.get("class") == "repro-script"]
+    assert [e["href"] for e in links] == [f"../repros/{classes[0].slug}.py"]
+    assert (out.parent / links[0]["href"]).is_file()
+    fclass = [e for e in dom if e["tag"] == "details" and e.get("class") == "fclass"]
+    assert [e["data-slug"] for e in fclass] == [c.slug for c in classes]
+    text = md.read_text()
+    assert f"[{classes[0].slug}.py](repros/{classes[0].slug}.py)" in text
+    assert text.count("](repros/") == 1
+    # Without --repros, no link and no script column.
+    render_html(df, tmp_path / "plain.html")
+    assert "repro-script" not in (tmp_path / "plain.html").read_text()
+    assert "| script |" not in render_markdown(df)

@@ -37,6 +37,25 @@ def test_the_summary_conforms_to_its_schema_and_counts_the_rows(tmp_path):
     assert validate(json.loads(path.read_text())) == []
 
 
+def test_a_class_lists_where_it_appears_and_its_signature():
+    msg = "o max|diff| {} > tol 0.05, 3/64 wrong, first at o(0, 0, 1)"
+    rows = [dict(ROWS[0], case_id=f"{route}/strided.{name}_stride2/bf16", route=route,
+                 family="strided", outcome="wrong", severity="correctness", stage="compare",
+                 message=msg.format(i), **{"pass": False})
+            for i, (route, name) in enumerate((("fa2.single_prefill", "q"),
+                                               ("fa2.paged_prefill", "k_cache"),
+                                               ("fa2.paged_prefill", "v_cache")))]
+    d = summary(pd.DataFrame(rows))
+    assert validate(d) == []
+    (cls,) = d["failure_classes"]
+    assert cls["routes"] == ["fa2.paged_prefill", "fa2.single_prefill"]
+    assert cls["variants"] == ["k_cache_stride2", "q_stride2", "v_cache_stride2"]
+    assert cls["tensors"] == ["k_cache", "q", "v_cache"]
+    assert (cls["variant"], cls["stage"], cls["differs"]) == ("<tensor>_stride<n>", "compare", "o")
+    assert cls["slug"].startswith("wrong-strided.T_strideN-") and cls["pattern"]
+    assert d["verdict_line"].startswith("FAIL: 1 distinct cause (1 correctness)")
+
+
 def test_a_run_whose_failures_do_not_gate_passes():
     d = doc(gating_ids=set(), exit_code=0)
     assert d["verdict"] == "pass" and d["gating"] == 0 and d["failing"] == 3

@@ -35,6 +35,9 @@ def _write_lines(path: Path, rows) -> None:
     ("arch", "../../etc", ["'arch'"]),
     ("target", "<script>", ["'target'"]),
     ("max_abs_diff", "0.1", ["'max_abs_diff'", "number"]),
+    ("o_max_abs_diff", "0.1", ["'o_max_abs_diff'", "number"]),
+    ("lse_tolerance", True, ["'lse_tolerance'", "number"]),
+    ("o_error_ratio", [1.0], ["'o_error_ratio'", "number"]),
     ("n_wrong", 1.5, ["'n_wrong'", "whole number"]),
     ("isolation", "maybe", ["'isolation'"]),
     ("case_id", "", ["'case_id'"]),
@@ -51,6 +54,22 @@ def test_a_row_breaking_the_schema_is_one_line_naming_file_line_and_field(tmp_pa
     assert "\n" not in text and text.startswith(f"{path}:2: ")
     for word in words:
         assert word in text, text
+
+
+def test_per_output_columns_are_read_and_a_table_without_them_still_loads(tmp_path):
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    _write_lines(old, [_row("a/1")])     # written before the per-output columns
+    df = table.load_table(old)
+    assert all(c in df.columns for c in table.PER_OUTPUT_COLUMNS)
+    assert df[list(table.PER_OUTPUT_COLUMNS)].isna().all(axis=None)
+    new.write_text(json.dumps(_row("a/1", o_max_abs_diff=float("inf"), o_tolerance=0.05,
+                                   o_error_ratio=float("inf"), lse_max_abs_diff=float("nan"),
+                                   lse_tolerance=None, lse_error_ratio=None)) + "\n")
+    (r,) = table.read_rows(new)
+    assert r["o_max_abs_diff"] == float("inf") and r["lse_max_abs_diff"] != r["lse_max_abs_diff"]
+    df = table.load_table(new)
+    assert df["o_tolerance"].iloc[0] == 0.05 and df["lse_tolerance"].isna().all()
+    assert set(table.PER_OUTPUT_COLUMNS) <= set(table.COLUMNS)
 
 
 def test_the_string_false_never_passes_a_row(tmp_path):

@@ -25,13 +25,17 @@ from harness.model.builders import Buffers
 from harness.model.case import Case
 from harness.model.classify import (Verdict, classify, crash_verdict, error_text,
                               harness_error_verdict)
-from harness.model.compare import compare, missing, summarize
+from harness.model.compare import PER_OUTPUT, compare, missing, summarize
 from harness.model.params import ReadParams
-from harness.model.signals import names_device_fault
+from harness.model.signals import raises_device_fault
 from harness.model.problem import build_problem, normalize
 from harness.model.reference import NoReference, attention_baseline, attention_reference
 from harness.model.tolerance import lse_tolerance, output_tolerance
 from harness.targets.base import Skip, Target
+
+
+PER_OUTPUT_COLUMNS = tuple(f"{name}_{what}" for name in PER_OUTPUT
+                           for what in ("max_abs_diff", "tolerance", "error_ratio"))
 
 
 class CaseBug(RuntimeError):
@@ -54,6 +58,13 @@ class CaseResult:
     baseline_error: float | None = None
     rel_error: float | None = None
     error_ratio: float | None = None
+    # o's and lse's own numbers (harness/model/compare.py per_output); None when not compared.
+    o_max_abs_diff: float | None = None
+    o_tolerance: float | None = None
+    o_error_ratio: float | None = None
+    lse_max_abs_diff: float | None = None
+    lse_tolerance: float | None = None
+    lse_error_ratio: float | None = None
     # What the library returned (on the CPU), for comparing repeats bitwise;
     # never written to a row.
     outputs: dict = field(default_factory=dict, repr=False, compare=False)
@@ -70,7 +81,7 @@ def is_device_fault(error: BaseException) -> bool:
     accel = getattr(torch, "AcceleratorError", None)
     if accel is not None and isinstance(error, accel):
         return True
-    return isinstance(error, RuntimeError) and names_device_fault(str(error))
+    return isinstance(error, RuntimeError) and raises_device_fault(str(error))
 
 
 def _sync(device: torch.device) -> None:
@@ -110,6 +121,7 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             baseline_error=summary.baseline_error if summary else None,
             rel_error=summary.rel_error if summary else None,
             error_ratio=summary.error_ratio if summary else None,
+            **{col: getattr(summary, col) if summary else None for col in PER_OUTPUT_COLUMNS},
             outputs=outputs or {})
 
     normalize(case.params)       # a malformed case is a harness error, never a skip

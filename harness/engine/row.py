@@ -16,6 +16,9 @@ from datetime import datetime, timezone
 from harness.engine.attempts import combine_rows
 from harness.model.classify import Verdict, severity
 
+# o's and lse's own max |diff|, tolerance and ratio (harness/results/table.py COLUMNS).
+PER_OUTPUT_COLUMNS = tuple(f"{name}_{what}" for name in ("o", "lse")
+                           for what in ("max_abs_diff", "tolerance", "error_ratio"))
 
 def _now() -> str:
     # Milliseconds: a run's timeline (benchmarks/timeline.py) tells start-up from throughput.
@@ -44,7 +47,8 @@ def case_row(case, result=None, **extra) -> dict:
                    message=result.message or "", error_type=result.error_type or "",
                    stage=result.stage or "", duration_s=result.duration_s,
                    tolerance=result.tolerance, baseline_error=result.baseline_error,
-                   rel_error=result.rel_error, error_ratio=result.error_ratio)
+                   rel_error=result.rel_error, error_ratio=result.error_ratio,
+                   **{col: getattr(result, col, None) for col in PER_OUTPUT_COLUMNS})
     row.update(extra)
     if "outcome" in row:
         row["severity"] = severity(row["outcome"], bool(row.get("pass")))

@@ -98,10 +98,36 @@ class Summary:
     baseline_error: float | None = None
     rel_error: float | None = None    # the first output's relative error
     error_ratio: float | None = None  # the worst max|diff| / tolerance over the outputs
+    # Each output's own numbers (None when that output was not compared): o's diff is never
+    # judged by lse's tolerance, nor the other way round.
+    o_max_abs_diff: float | None = None
+    o_tolerance: float | None = None
+    o_error_ratio: float | None = None
+    lse_max_abs_diff: float | None = None
+    lse_tolerance: float | None = None
+    lse_error_ratio: float | None = None
+
+
+# The outputs that get their own columns on a row (harness/results/table.py).
+PER_OUTPUT = ("o", "lse")
+
+
+def per_output(pairs) -> dict:
+    """{o_max_abs_diff, o_tolerance, o_error_ratio, lse_...}: each named output's own numbers,
+    None for an output that was not compared."""
+    out = {f"{name}_{what}": None for name in PER_OUTPUT
+           for what in ("max_abs_diff", "tolerance", "error_ratio")}
+    for name, c in pairs:
+        if name in PER_OUTPUT and out[f"{name}_max_abs_diff"] is None:
+            out[f"{name}_max_abs_diff"] = c.max_abs_diff
+            out[f"{name}_tolerance"] = c.tolerance
+            out[f"{name}_error_ratio"] = c.error_ratio
+    return out
 
 
 def summarize(comparisons: Iterable[tuple[str, Comparison]]) -> Summary:
-    """Several named comparisons (o, lse) as one: summed counts, max diff, first failure."""
+    """Several named comparisons (o, lse) as one: summed counts, max diff, first failure,
+    and each of o's and lse's own max |diff|, tolerance and ratio (per_output)."""
     pairs = list(comparisons)
     if not pairs:
         return Summary(True, None, None, None, None, "")
@@ -123,4 +149,4 @@ def summarize(comparisons: Iterable[tuple[str, Comparison]]) -> Summary:
     head = pairs[0][1]
     return Summary(not bad, max_abs, n_wrong, n_total, first, message, tolerance=head.tolerance,
                    baseline_error=head.baseline_error, rel_error=head.rel_error,
-                   error_ratio=max(ratios) if ratios else None)
+                   error_ratio=max(ratios) if ratios else None, **per_output(pairs))

@@ -1,18 +1,32 @@
 """Failing rows grouped into failure classes: one defect, however many routes show it.
 
-A class is the failing rows that share (family, variant, outcome, severity,
-normalized message). The variant is the part of the case id after
-`<family>.` and before the next `/` (`strided.out_stride2` in
-`fa2.single_prefill/strided.out_stride2/bf16-d128-h4x2-nhd`); the
-normalized message has its numbers, hex addresses, tensor shapes and quoted
-values replaced by placeholders, so the same wrong kernel seen through nine
-routes and three dtypes is one class with nine routes, not nine findings.
+A class is keyed by the defect's signature, which no route, tensor or number enters:
+
+- outcome and severity;
+- stage: where the row failed (the `stage` column: build inputs, plan, run, compare, ...);
+- what differs: which outputs are wrong (`o`, `lse` or `o+lse`), from the per-output
+  columns (o_max_abs_diff / o_tolerance, lse_...), or in a table from before them from
+  first_bad_index and the message; empty for an outcome that compared no values, and for
+  `silent` (its cause is the refusal that did not happen, whatever the values were);
+- the family (`strided`, `gqa`, ...);
+- the variant's shape: the part of the case id after `<family>.` and before the next `/`,
+  its tensor names (TENSORS) and numbers replaced by placeholders, so `strided.q_stride2`,
+  `strided.k_cache_stride2` and `strided.out_stride2` are all `strided.<tensor>_stride<n>`;
+- the message's shape: numbers, hex addresses, tensor shapes, quoted values, tensor names
+  and the row's own route replaced by placeholders.
+
+So the same wrong kernel seen through nine routes, three dtypes and twenty tensors is one
+class with nine routes, and each class lists where it appears: its routes, variants and
+tensors. Two defects stay two classes: o wrong vs lse wrong, SIGSEGV vs SIGFPE (the signal
+is a word of the message), a crash in plan vs in run, two families.
 
 Pure pandas: the console summary and the reports both read it.
 """
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -23,6 +37,41 @@ import pandas as pd
 GROUPS = ("correctness", "capability", "clarity", "unrated", "harness")
 OUTCOME_ORDER = ("crash", "corrupt", "hang", "wrong", "nondeterministic", "silent",
                  "unexpected_refusal", "refused", "harness_error", "skipped", "match")
+
+# The tensor names routes and targets give their inputs, outputs and index tensors: the
+# case buffers' names (harness/targets/layout.py Views.input/index/output, Buffers.watch/
+# output in harness/model/builders.py), cases/strided.py's TENSORS and INDEX, and the names
+# the adapters' libraries use for the same tensors (FlashInfer's paged_kv_*, vLLM's
+# key_cache / value_cache / query_start_loc / seq_lens / block_table, merge-state's v_a, s_b).
+TENSORS = (
+    "q", "k", "v", "o", "lse", "out", "s",
+    "k_cache", "v_cache", "kv_cache", "key_cache", "value_cache", "paged_kv_cache",
+    "qo_indptr", "kv_indptr", "kv_indices", "last_page_len", "kv_last_page_len",
+    "indptr", "indices", "mask_indptr", "custom_mask", "alibi_slopes",
+    "paged_kv_indptr", "paged_kv_indices", "paged_kv_last_page_len",
+    "paged_kv_indptr_buf", "paged_kv_indices_buf", "paged_kv_last_page_len_buf",
+    "paged_kv_indptr_buffer", "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer",
+    "query_start_loc", "seq_lens", "block_table",
+    "v_a", "s_a", "v_b", "s_b", "v_other", "s_other", "state", "partial_state",
+    "partial_state_v", "partial_state_s",
+)
+OUTPUTS = ("o", "lse")            # the outputs compared against the reference
+TENSOR = "<tensor>"
+# Longest first, so `k_cache_stride2` reads as k_cache, not k; a name is a whole token
+# between non-alphanumerics (`_` and `.` separate tokens in a variant).
+_NAMES = "|".join(sorted(map(re.escape, TENSORS), key=len, reverse=True))
+_VARIANT_TENSOR = re.compile(rf"(?<![A-Za-z0-9])(?:{_NAMES})(?![A-Za-z0-9])")
+_VARIANT_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+# In a message a name is a whole word; `out` and `s` are English too (`timed out`, `out of
+# bounds`, `30 s`), and those are left alone.
+_MESSAGE_TENSOR = re.compile(
+    rf"(?<![\w<.])(?<!timed )(?<!ran )(?<!run )(?<!runs )(?<!time )(?<!<n> )"
+    rf"(?:{_NAMES})(?![\w>]|\s+of\b)")
+_SUMMARY_OUTPUT = re.compile(r"(?<![\w.])(o|lse) max\|diff\|")
+_FIRST_AT = re.compile(r"\bfirst at (?:o|lse)(?![\w])")
+# A silent row's cause is the refusal that did not happen; whether its values then matched
+# (`(values match the reference)` or `(o max|diff| ...)`) is the route's, not the cause's.
+_SILENT_VALUES = re.compile(r"(must be refused) \((?:[^()]|\([^()]*\))*\)")
 
 _RULES = (
     # The controller's isolation note says where a row failed, not what failed.
@@ -40,11 +89,23 @@ _RULES = (
 
 
 def normalize_message(text) -> str:
-    """The message with what varies between routes and shapes replaced by placeholders."""
+    """The message with what varies between routes and shapes replaced by placeholders
+    (tensor names stay: message_shape takes them out too)."""
     text = _text(text)
     for pattern, placeholder in _RULES:
         text = pattern.sub(placeholder, text)
     return text.strip()
+
+
+def message_shape(text, route: str = "", case_id: str = "") -> str:
+    """The message as a class key holds it: normalize_message, then the row's own case id
+    and route, and every tensor name (TENSORS), replaced by placeholders."""
+    text = _text(text)
+    if case_id:
+        text = text.replace(case_id, "<case>")
+    if route:
+        text = text.replace(route, "<route>")
+    return _MESSAGE_TENSOR.sub(TENSOR, normalize_message(text))
 
 
 def variant_of(case_id: str, family: str) -> str:
@@ -55,31 +116,103 @@ def variant_of(case_id: str, family: str) -> str:
     return middle[len(prefix):] if family and middle.startswith(prefix) else middle
 
 
+def variant_shape(variant: str) -> str:
+    """`<tensor>_stride<n>` for `k_cache_stride2`, `d<n>_window<n>` for `d32_window15`."""
+    return _VARIANT_NUMBER.sub("<n>", _VARIANT_TENSOR.sub(TENSOR, str(variant)))
+
+
+def tensors_of(variant: str, message="") -> list[str]:
+    """The tensor names a row names: in its variant, and in its message other than the
+    compared outputs' own (`o max|diff| ...` says what differs, not which tensor)."""
+    found = dict.fromkeys(_VARIANT_TENSOR.findall(str(variant)))
+    text = _FIRST_AT.sub("", _SUMMARY_OUTPUT.sub("", normalize_message(message)))
+    for name in _MESSAGE_TENSOR.findall(text):
+        found.setdefault(name, None)
+    return list(found)
+
+
+def _number(value) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _over(diff, tol) -> bool:
+    """Whether one output's own max |diff| is past its own tolerance (a missing output is
+    an inf diff and no tolerance)."""
+    diff, tol = _number(diff), _number(tol)
+    if diff is None:
+        return False
+    return diff == math.inf if tol is None else diff > tol
+
+
+def _index_name(value) -> str:
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return ""
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], str):
+        return value[0]
+    return value if isinstance(value, str) else ""
+
+
+def differs_of(row) -> str:
+    """Which outputs are wrong: `o`, `lse`, `o+lse`, or '' (none, or not known).
+
+    From the per-output columns where the row has them; in a table from before them, the
+    output first_bad_index or the message names first (such a row cannot say `o+lse`)."""
+    get = row.get
+    if any(_number(get(f"{n}_max_abs_diff")) is not None for n in OUTPUTS):
+        return "+".join(n for n in OUTPUTS if _over(get(f"{n}_max_abs_diff"),
+                                                    get(f"{n}_tolerance")))
+    name = _index_name(get("first_bad_index"))
+    if name in OUTPUTS:
+        return name
+    found = _SUMMARY_OUTPUT.search(_text(get("message")))
+    return found.group(1) if found else ""
+
+
 @dataclass
 class FailureClass:
     family: str
-    variant: str
+    variant: str                      # the variants' shape (variant_shape)
     outcome: str
     severity: str
-    message: str                      # normalized
+    message: str                      # the messages' shape (message_shape)
     routes: list[str]
     targets: list[str]
     rows: pd.DataFrame = field(repr=False)
+    stage: str = ""
+    differs: str = ""                 # which outputs are wrong: o, lse, o+lse or ''
+    variants: list[str] = field(default_factory=list)   # the variants it appears in
+    tensors: list[str] = field(default_factory=list)    # the tensors its rows name
 
     @property
     def label(self) -> str:
-        return f"{self.family}.{self.variant}" if self.family else self.variant
+        """`strided.q_stride2` for a class of one variant, else its shape:
+        `strided.<tensor>_stride<n>`."""
+        variant = self.variants[0] if len(self.variants) == 1 else self.variant
+        return f"{self.family}.{variant}" if self.family else variant
 
     @property
     def key(self) -> tuple:
-        """What makes two failing rows one class (failure_classes groups by it)."""
-        return (self.family, self.variant, self.outcome, self.severity, self.message)
+        """What makes two failing rows one class (failure_classes groups by it): the defect's
+        signature, with no route, tensor or number in it."""
+        return (self.outcome, self.severity, self.stage, self.differs, self.family,
+                self.variant, self.message)
 
     @property
     def slug(self) -> str:
         """A file-name-safe name, stable for the same key: `report --repros` names the
         class's script `<slug>.py` and the HTML report links to it by that name."""
-        head = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.outcome}-{self.label}").strip("-.")[:60]
+        shape = self.variant.replace(TENSOR, "T").replace("<n>", "N")
+        name = f"{self.family}.{shape}" if self.family else shape
+        head = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.outcome}-{name}").strip("-.")[:60]
         digest = hashlib.sha1(repr(self.key).encode()).hexdigest()[:8]
         return f"{head or 'class'}-{digest}"
 
@@ -124,7 +257,7 @@ def _rank(order, value) -> int:
 
 
 def failure_classes(df: pd.DataFrame) -> list[FailureClass]:
-    """The failing rows of `df` as classes, worst first.
+    """The failing rows of `df` as classes (keyed by FailureClass.key), worst first.
 
     Order: severity group (GROUPS), outcome (OUTCOME_ORDER), most rows, label.
     Each class's rows are sorted by route and case id; its first row is the
@@ -135,37 +268,54 @@ def failure_classes(df: pd.DataFrame) -> list[FailureClass]:
     failing = df[~df["pass"].astype(bool)].copy()
     if not len(failing):
         return []
-    for col in ("family", "outcome", "severity", "message", "route", "target"):
+    for col in ("family", "outcome", "severity", "message", "route", "target", "stage"):
         values = failing[col] if col in failing.columns else pd.Series("", index=failing.index)
         failing[col] = [_text(v) for v in values]
     failing["_variant"] = [variant_of(c, f) for c, f in zip(failing["case_id"], failing["family"])]
-    failing["_message"] = [normalize_message(m) for m in failing["message"]]
-    key = ["family", "_variant", "outcome", "severity", "_message"]
+    failing["_shape"] = [variant_shape(v) for v in failing["_variant"]]
+    silent = failing["outcome"] == "silent"
+    failing["_message"] = [message_shape(_SILENT_VALUES.sub(r"\1", m) if s else m, r, c)
+                           for m, r, c, s in zip(failing["message"], failing["route"],
+                                                 failing["case_id"], silent)]
+    failing["_differs"] = ["" if s else differs_of(r)
+                           for r, s in zip(failing.to_dict("records"), silent)]
+    key = ["outcome", "severity", "stage", "_differs", "family", "_shape", "_message"]
+    temp = ["_variant", "_shape", "_message", "_differs"]
     classes = []
-    for (family, variant, outcome, severity, message), part in failing.groupby(key, sort=False):
+    for (outcome, severity, stage, differs, family, shape, message), part in \
+            failing.groupby(key, sort=False):
         part = part.sort_values(["route", "case_id"], kind="stable")
+        tensors: dict[str, None] = {}
+        for variant, msg in zip(part["_variant"], part["message"]):
+            tensors.update(dict.fromkeys(tensors_of(variant, msg)))
         classes.append(FailureClass(
-            family, variant, outcome, severity, message,
+            family, shape, outcome, severity, message,
             routes=sorted(set(part["route"]) - {""}), targets=sorted(set(part["target"]) - {""}),
-            rows=part.drop(columns=["_variant", "_message"])))
+            rows=part.drop(columns=temp), stage=stage, differs=differs,
+            variants=sorted(set(part["_variant"])), tensors=sorted(tensors)))
     classes.sort(key=lambda c: (_rank(GROUPS, c.group), _rank(OUTCOME_ORDER, c.outcome),
                                 -c.n_rows, c.label, c.message))
     return classes
 
 
+def causes_text(n: int) -> str:
+    """`1 distinct cause`, `12 distinct causes`: how the reports count failure classes."""
+    return f"{n} distinct cause{'s' if n != 1 else ''}"
+
+
 def verdict(df: pd.DataFrame, classes: list[FailureClass] | None = None) -> str:
-    """One line: `FAIL: 12 correctness, 3 clarity classes across 198 failing rows (of 615)`."""
+    """One line: `FAIL: 15 distinct causes (12 correctness, 3 clarity) across 198 failing
+    rows (of 615)`; a cause is a failure class."""
     classes = failure_classes(df) if classes is None else classes
     if not classes:
         return f"PASS: {len(df)} rows, 0 failing"
     counts = {g: sum(c.group == g for c in classes) for g in GROUPS}
     named = [f"{n} {g}" for g, n in counts.items() if n and g != "harness"]
-    text = ", ".join(named) + (" classes" if named else "")
     if counts["harness"]:
-        text += (", " if named else "") + f"{counts['harness']} harness error class" + \
-            ("es" if counts["harness"] > 1 else "")
+        named.append(f"{counts['harness']} harness error")
     n_failing = sum(c.n_rows for c in classes)
-    return f"FAIL: {text} across {n_failing} failing rows (of {len(df)})"
+    return (f"FAIL: {causes_text(len(classes))} ({', '.join(named)}) across {n_failing} "
+            f"failing rows (of {len(df)})")
 
 
 def _routes_text(routes: list[str], shown: int = 3) -> str:
@@ -174,19 +324,34 @@ def _routes_text(routes: list[str], shown: int = 3) -> str:
     return f"{len(routes)} route{'s' if len(routes) != 1 else ''}: {head}{more}"
 
 
+def _some(names: list[str], shown: int = 4) -> str:
+    return ", ".join(names[:shown]) + (f", … (+{len(names) - shown})" if len(names) > shown else "")
+
+
+def where_text(cls: FailureClass) -> str:
+    """`; 8 variants; tensors: k, k_cache, … (+6)` for a class seen in several variants or
+    naming tensors; '' for a class of one variant that names none."""
+    text = f"; {len(cls.variants)} variants" if len(cls.variants) > 1 else ""
+    if cls.tensors:
+        text += f"; tensor{'s' if len(cls.tensors) != 1 else ''}: {_some(cls.tensors)}"
+    return text
+
+
 def classes_text(classes: list[FailureClass], max_classes: int = 60,
                  max_message: int = 140) -> str:
     """The classes for a console, one line each, worst first; a message is printed once.
 
-    `strided.out_stride2  wrong  correctness  9 routes: fa2.single_prefill, …  — max|diff| inf, …`
+    `strided.<tensor>_stride<n>  wrong(o)  correctness  9 routes: fa2.single_prefill, …;
+    12 variants; tensors: k, k_cache, … (+10)  — o max|diff| inf, …`
     A class whose normalized message an earlier line already printed says
     `same message as <that class>` instead of repeating it.
     """
     if not classes:
         return ""
     shown = classes[:max_classes]
-    cells = [(c.label, c.outcome, c.severity or "-",
-              _routes_text(c.routes) + (f" ({c.n_rows} rows)" if c.n_rows != len(c.routes) else ""))
+    cells = [(c.label, c.outcome + (f"({c.differs})" if c.differs else ""), c.severity or "-",
+              _routes_text(c.routes) + (f" ({c.n_rows} rows)" if c.n_rows != len(c.routes) else "")
+              + where_text(c))
              for c in shown]
     widths = [max(len(cell[i]) for cell in cells) for i in range(3)]
     seen: dict[str, str] = {}

@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from harness.results.summary import output_numbers, output_text
+
 # Characters XML 1.0 cannot carry at all (a library's message may hold any byte).
 _NOT_XML = re.compile("[^\u0009\u000A\u000D\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]")
 _SIGNAL = re.compile(r"\bSIG[A-Z]{2,7}\b")
@@ -71,9 +73,16 @@ def failure_text(row: Mapping, repro: str) -> str:
         lines.append(f"signal: {sig}")
     lines.append(f"stage: {_clean(row.get('stage')) or '-'}")
     lines.append(f"message: {_clean(row.get('message')) or '-'}")
-    for key in ("max_abs_diff", "tolerance", "n_wrong", "n_total"):
+    per = output_numbers(row)
+    # Each output's max |diff| beside its own tolerance; a row from before the per-output
+    # columns has the max over its outputs and o's tolerance, named as such.
+    keys = ("max_abs_diff", "n_wrong", "n_total") if per else (
+        "max_abs_diff", "tolerance", "n_wrong", "n_total")
+    for key in keys:
         if row.get(key) is not None and _clean(row.get(key)):
             lines.append(f"{key}: {_clean(row.get(key))}")
+    for n in per:
+        lines.append(f"{n['name']}: {output_text(n)[len(n['name']) + 1:]}")
     lines.append(f"repro: {repro}")
     return "\n".join(lines)
 

@@ -16,18 +16,26 @@ from typing import Callable, Mapping
 
 from harness.model.classify import OUTCOMES, SEVERITIES
 
-SCHEMA_VERSION = 1
+# 2: a failure class is one cause (harness/results/failure_classes.py): `variant` is the
+# variants' shape (`<tensor>_stride<n>`), and a class lists its variants, tensors, stage,
+# wrong outputs, message pattern and slug.
+SCHEMA_VERSION = 2
 
+_STRINGS = {"type": "array", "items": {"type": "string"}}
 _CLASS = {
     "type": "object",
     "required": ["label", "family", "variant", "outcome", "severity", "gating", "rows",
-                 "routes", "example", "message", "repro"],
+                 "routes", "example", "message", "repro", "variants", "tensors", "stage",
+                 "differs", "pattern", "slug"],
     "properties": {
         "label": {"type": "string"}, "family": {"type": "string"},
         "variant": {"type": "string"}, "outcome": {"enum": list(OUTCOMES)},
         "severity": {"type": "string"}, "gating": {"type": "boolean"},
         "rows": {"type": "integer", "minimum": 1},
-        "routes": {"type": "array", "items": {"type": "string"}},
+        "routes": _STRINGS, "variants": _STRINGS, "tensors": _STRINGS,
+        "stage": {"type": "string"},
+        "differs": {"enum": ["", "o", "lse", "o+lse"]},
+        "pattern": {"type": "string"}, "slug": {"type": "string"},
         "example": {"type": "string"}, "message": {"type": "string"},
         "repro": {"type": "string"},
     },
@@ -125,7 +133,9 @@ def summary(df, *, table: str | None = None, gating_ids: set | None = None,
             "label": cls.label, "family": cls.family, "variant": cls.variant,
             "outcome": cls.outcome, "severity": cls.severity,
             "gating": bool(set(cls.rows["case_id"]) & gating), "rows": cls.n_rows,
-            "routes": list(cls.routes), "example": cls.example,
+            "routes": list(cls.routes), "variants": list(cls.variants),
+            "tensors": list(cls.tensors), "stage": cls.stage, "differs": cls.differs,
+            "pattern": cls.message, "slug": cls.slug, "example": cls.example,
             "message": cls.example_message, "repro": repro(example_row),
         })
     failed = bool(gating) if exit_code is None else exit_code != 0

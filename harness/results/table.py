@@ -29,6 +29,8 @@ from typing import Any, Iterable, Mapping
 
 from harness.model.classify import OUTCOMES
 
+PER_OUTPUT_COLUMNS = ("o_max_abs_diff", "o_tolerance", "o_error_ratio",
+                      "lse_max_abs_diff", "lse_tolerance", "lse_error_ratio")
 COLUMNS = (
     "run_id", "timestamp", "arch", "platform", "target", "target_version",
     "library_commit", "build_hash", "route", "family", "case_id", "params",
@@ -38,6 +40,9 @@ COLUMNS = (
     "attempts", "repeat", "profile", "reruns", "isolation", "worker", "disable_guards",
     # compute-sanitizer's first report from `check --sanitizer` (harness/tools/sanitizer.py), or null
     "sanitizer",
+    # o's and lse's own max |diff|, tolerance and max |diff| / tolerance (null when that output
+    # was not compared; tables written before them lack them). max_abs_diff is the max of both.
+    *PER_OUTPUT_COLUMNS,
 )
 ISOLATION = ("", "culprit", "victim", "alone")
 # Columns a table may carry besides COLUMNS: a shrunk case's file, a rerun's flakiness and
@@ -381,7 +386,7 @@ def _is_sanitizer(v) -> bool:
 
 
 _FLOATS = ("max_abs_diff", "duration_s", "tolerance", "baseline_error", "rel_error",
-           "error_ratio")
+           "error_ratio", *PER_OUTPUT_COLUMNS)
 # column -> (check, what it must be)
 SCHEMA: dict[str, tuple] = {
     **{c: (_is_str, "a string or null") for c in (
@@ -394,9 +399,7 @@ SCHEMA: dict[str, tuple] = {
     "outcome": (lambda v: v in OUTCOMES, f"one of {', '.join(OUTCOMES)}"),
     "pass": (lambda v: isinstance(v, bool), "a JSON boolean (true or false)"),
     "isolation": (lambda v: v is None or v in ISOLATION, f"one of {ISOLATION}, or null"),
-    **{c: (_is_num, "a number or null") for c in (
-        "max_abs_diff", "duration_s", "tolerance", "baseline_error", "rel_error",
-        "error_ratio")},
+    **{c: (_is_num, "a number or null") for c in _FLOATS},
     **{c: (_is_int, "a whole number or null") for c in ("n_wrong", "n_total", "repeat",
                                                         "reruns")},
     "first_bad_index": (_is_index, "a list of indices, an index or null"),
@@ -547,7 +550,8 @@ def load_table(paths: str | os.PathLike | Iterable[str | os.PathLike]):
         df["pass"] = df["pass"].astype(bool)
         df["reruns"] = df["reruns"].fillna(0).astype(int)
         df["severity"] = df["severity"].fillna("").astype(str)
-        df["max_abs_diff"] = pd.to_numeric(df["max_abs_diff"], errors="coerce")
+        for col in ("max_abs_diff", *PER_OUTPUT_COLUMNS):
+            df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.results.summary import before_after_table, gating, summary_text
+from harness.results.summary import gating, summary_text
 from harness.tools.options import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, ROOT, child_env
 
 # ------------------------------------------------------------------ check
@@ -435,12 +435,13 @@ def _cmd_check(args, held: list) -> int:
         return EXIT_USAGE
     from harness.results.ledger import apply_ledger_per_arch
     df, ledger_errors = apply_ledger_per_arch(df, args.ledger)
-    if args.disable_guards:
-        # Before the summary, so the summary stays the last thing on the console.
-        print(f"\nWith guards disabled ({args.disable_guards}):\n")
-        print(before_after_table(df))
     print()
+    # The verdict and one line per failure class, never one per row: a guards-off run fails
+    # hundreds of rows, and their table is the Markdown report's (--markdown, "Failures").
     print(summary_text(df, wall))
+    if args.disable_guards:
+        print(f"guards disabled: {args.disable_guards}"
+              + ("" if args.markdown else "; --markdown FILE writes every failing row"))
     for err in ledger_errors:
         print(f"ledger: {err}", file=sys.stderr)
     print(f"results: {results}" + (f" (partial run: {selection}; the full table is untouched)"
