@@ -120,9 +120,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KERNELS_CACHE_DIR") or REPO / ".cache" / "kernels")
 
 
-def detect() -> tuple[str, str]:
-    """(platform, arch): env KERNELS_PLATFORM, else the GPU torch sees, else host."""
-    plat = os.environ.get("KERNELS_PLATFORM", "").strip()
+def detect(platform: str | None = None) -> tuple[str, str]:
+    """(platform, arch): the platform given, else env KERNELS_PLATFORM, else the GPU torch
+    sees, else host; the arch is the visible GPU's (`--platform nvidia` alone builds for it)."""
+    plat = (platform or os.environ.get("KERNELS_PLATFORM", "")).strip()
     if plat and plat not in PLATFORMS:
         raise BuildError(f"KERNELS_PLATFORM is {plat!r}; expected one of {PLATFORMS}")
     try:
@@ -399,9 +400,8 @@ def ensure_built(platform: str | None = None, arch: str | None = None, variant: 
             platform, arch = "host", "native"  # the coverage build is the host's CPU loops
     if coverage and platform != "host":
         raise BuildError(f"the coverage build is host only, not {platform}")
-    arch = arch or ("native" if platform == "host" else None)
     if arch is None:
-        raise BuildError(f"platform {platform}: pass --arch")
+        arch = detect(platform)[1]   # the visible GPU's, else a BuildError saying pass --arch
     key = build_hash(platform, arch, variant, coverage)
     root = cache_dir()
     tag = "-coverage" if coverage else ""

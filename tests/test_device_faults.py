@@ -75,3 +75,23 @@ def test_no_attempt_runs_after_a_crash(monkeypatch):
     monkeypatch.setattr(execute, "execute_case", crashing)
     result, attempts = execute_repeated(fault_case("none"), load_target("faults"), 3)
     assert result.outcome == "crash" and len(attempts) == 1 and len(calls) == 1
+
+
+NINJA = ("Ninja build failed. Ninja output:\n[1/3] nvcc batch_prefill.cu\n"
+         "include/flashinfer/utils.cuh:12: cudaError_t e = cudaGetLastError(); CUDA error check\n"
+         "batch_prefill.cu(88): error: no instance of function template matches the argument list")
+
+
+def test_a_kernel_build_failure_that_quotes_cuda_source_is_not_a_device_fault():
+    # A JIT build's output may quote source naming cudaError: the device never faulted, so the
+    # row is the library's failure in its own words, not a crash that retires the worker.
+    class BuildFails(type(load_target("faults"))):
+        def run(self, case, problem, buffers):
+            buffers.stage("run")
+            assert case.params["fault"] == "none"   # read, as an adapter reads what it performs
+            raise RuntimeError(NINJA)
+    assert not execute.is_device_fault(RuntimeError(NINJA))
+    assert execute.is_device_fault(RuntimeError(ILLEGAL))
+    r = execute_case(fault_case("none"), BuildFails(), "cpu")
+    assert r.outcome != "crash" and not r.passed, (r.outcome, r.message)
+    assert "Ninja build failed" in r.message, r.message

@@ -269,3 +269,19 @@ def test_half_conversions_match_torch_bit_for_bit(half):
                          float("nan"), 3.0e38, 1e-40])
     x = torch.cat([bits.view(torch.float32), edge, every.float() * 1.00048828125])
     assert _same_bits(_convert(x, half), x.to(half))
+
+
+def test_a_platform_given_without_an_arch_builds_for_the_visible_gpu(monkeypatch):
+    # `python -m kernels.build --platform nvidia` on a GPU machine: the arch is the GPU's,
+    # as when no platform is given; without a GPU, one line asks for --arch.
+    import types
+    import torch
+    from kernels import build
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(major=9, minor=0, gcnArchName="gfx942:sramecc+"))
+    assert build.detect("nvidia") == ("nvidia", "sm_90")
+    assert build.detect("amd") == ("amd", "gfx942")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(build.BuildError, match="pass --arch"):
+        build.detect("nvidia")

@@ -34,3 +34,14 @@ DEVICE_FAULT_WORDS = ("CUDA error", "HIP error", "hipError", "cudaError",
 def names_device_fault(text: str) -> bool:
     low = (text or "").lower()
     return any(w.lower() in low for w in DEVICE_FAULT_WORDS)
+
+
+def raises_device_fault(message: str) -> bool:
+    """Whether an exception's message reports a device fault: its first line must name one.
+
+    The runtimes put the fault on the first line ("CUDA error: an illegal memory access
+    ..."); what follows may be anything, e.g. a JIT compiler's output quoting source that
+    says `cudaError_t`. A library whose kernel build failed has not faulted the device, and
+    calling it so would make its failure a crash and retire a healthy worker."""
+    lines = (message or "").strip().splitlines()
+    return bool(lines) and names_device_fault(lines[0])
