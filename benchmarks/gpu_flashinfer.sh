@@ -177,13 +177,16 @@ for case in selection:
     if caps.lacks(case.op, p, case.requires):   # skipped before any kernel: compiles nothing
         continue
     d = p["head_dim"]
+    # FlashInfer's JIT module is also keyed by the soft cap's presence and the KV dtype (the
+    # features family's fp8 caches), and a multi-token decode runs the paged prefill module.
     key = (case.route, p.get("dtype", "bf16"), d, p.get("head_dim_vo") or d,
-           p.get("window_left", -1) >= 0)
+           p.get("window_left", -1) >= 0, bool(p.get("logits_soft_cap")),
+           p.get("kv_dtype") or p.get("dtype", "bf16"), int(p.get("q_len_per_req", 1)) > 1)
     # A case that reaches the kernel compiles its module (repro's own case timeout would
     # kill a compile as a hang: it gets the whole budget); prefer one with no
     # adversarial twist (a refusal before the JIT would leave it uncompiled).
     is_plain = case.expect == "match" and not any(
-        p.get(k) for k in ("scenario", "mismatch", "strided", "index_dtype"))
+        p.get(k) for k in ("scenario", "mismatch", "strided", "index_dtype", "malformed"))
     if key not in picked or (is_plain and not plain[key]):
         picked[key], plain[key] = case, is_plain
 # fa3 modules take longest: start them first.

@@ -31,7 +31,8 @@ RERUN=${RERUN:-"pytest-rerunfailures"}
 LIMIT_MIB=${LIMIT_MIB:-60}
 
 cd "$(git rev-parse --show-toplevel)"
-grep -qxF '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+# .gitignore names .whl/ already; a clone whose .git has no info/ folder yet gets one.
+git check-ignore -q .whl/ || { mkdir -p "$(git rev-parse --git-dir)/info"; echo '/.whl/' >> "$(git rev-parse --git-dir)/info/exclude"; }
 mkdir -p .whl
 # The full flashinfer wheel (~101 MB) alone outgrows the carry limit: the tarball replaces it.
 rm -f .whl/flashinfer_python-*.whl .whl/flashinfer_python-*.tar.xz .whl/apache_tvm_ffi-*.whl \
