@@ -193,6 +193,23 @@ def empty_table(args) -> str | None:
     return None
 
 
+def report_repros(args) -> None:
+    """`report --repros DIR`: one standalone script per failure class of the tables,
+    DIR/<class slug>.py (the name the HTML report links), before the report is rendered;
+    one line per class: its slug, its example case and where the script went or why none
+    did. Tables that do not load are left to the report, which names them."""
+    try:
+        from reports import load_results
+        df = load_results(args.results)
+    except (ImportError, OSError, ValueError):
+        return
+    from harness.tools.standalone import plain_row, write_class_repros
+    rows = [plain_row(r) for r in df.to_dict("records")]
+    for slug, case_id, where in write_class_repros(rows, args.repros):
+        said = where if where.startswith("not written") else f"wrote {where}"
+        print(f"repros: {slug}  {case_id}  {said}")
+
+
 def _dispatch(args) -> int:
     if getattr(args, "_missing", None):
         print(f"{args.command}: {args._missing}", file=sys.stderr)
@@ -201,6 +218,8 @@ def _dispatch(args) -> int:
     if empty:
         print(f"{args.command}: {empty}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command == "report" and getattr(args, "repros", None):
+        report_repros(args)
     if getattr(args, "_lazy_main", None):
         module, main_name = args._lazy_main
         return int(getattr(__import__(module, fromlist=[main_name]), main_name)(args) or 0)

@@ -158,9 +158,10 @@ def test_one_script_per_failure_class(tmp_path):
     ids = ["fa2.ragged_prefill/strided.q_stride2/fp16-d64-h4x2",
            "fa2.paged_prefill/gqa.q6_over_kv3/bf16-d128-h6x3"]
     rows = [_row("bundled", "all", cid) for cid in ids]
-    done = write_class_repros(rows, tmp_path / "repros", "bundled", "all")
-    assert [cid for cid, _ in done] == [ids[0]]           # the passing row is no class
-    script = Path(done[0][1])
-    assert script.parent == tmp_path / "repros" and script.suffix == ".py"
+    done = write_class_repros(rows, tmp_path / "repros")   # target, guards: the rows' own
+    assert [cid for _, cid, _ in done] == [ids[0]]        # the passing row is no class
+    slug, _, where = done[0]
+    script = Path(where)
+    assert script == tmp_path / "repros" / f"{slug}.py" and script.exists()
     run = _run_isolated(script, tmp_path)
     assert run.returncode == 1 and "VERDICT wrong" in run.stdout, run.stdout + run.stderr[-1500:]

@@ -187,6 +187,8 @@ def standalone_config(case) -> dict:
         offset = int(params.get("page_id_offset", 0))
         total = sum(-(-n // page) for n in p["kv_lens"])
         cfg.update(page_size=page, page_id_offset=offset, cache_form=params.get("cache_form", "tuple"),
+                   page_order=params.get("page_order", "shuffled"), seed=case.seed,
+                   # what build_paged draws from the seed, for whoever reads the script
                    page_ids=page_ids(total, params.get("page_order", "shuffled"), offset, case.seed))
     if case.op == "batch_decode":
         cfg["decode_backend"] = list(DECODE_BACKENDS[case.backend])
@@ -196,8 +198,31 @@ def standalone_config(case) -> dict:
 def standalone_call_source(case) -> str:
     """`def call(inputs) -> dict` for this case, as the bundled adapter makes its calls."""
     import pprint
+    import inspect
+    from harness.targets import layout
     cfg = pprint.pformat(standalone_config(case), width=96, compact=True)
-    return f"import kernels\n\nCFG = {cfg}\n\n{_STANDALONE_CALL}"
+    # The paged cache is the adapter's own build_paged (harness/targets/layout.py), verbatim.
+    paged = "\n\n\n".join(
+        [f"FULL_POISON_ELEMS = {layout.FULL_POISON_ELEMS!r}\n_NEIGHBOURS = {layout._NEIGHBOURS!r}"]
+        + [inspect.getsource(f).rstrip() for f in
+           (layout.page_ids, layout._pool, layout.PagedKV, layout.build_paged)])
+    return (f"import random\nfrom dataclasses import dataclass\n\nimport kernels\n\n"
+            f"CFG = {cfg}\n\n\n{_STANDALONE_SKIP}\n\n\n{paged}\n\n{_STANDALONE_CALL}")
+
+
+_STANDALONE_SKIP = '''class Skip(Exception):
+    """The harness's 'this route cannot express the case' (never raised for a case a script
+    was written for)."""
+
+
+class PagedProblem:
+    """The fields of the harness's Problem that build_paged reads, from the inputs."""
+
+    def __init__(self, k, v, dtype, device):
+        self.k, self.v, self.dtype, self.device = k, v, dtype, device
+        self.kv_lens = CFG["kv_lens"]
+        self.num_kv_heads, self.head_dim = CFG["num_kv_heads"], CFG["head_dim"]
+        self.head_dim_vo = CFG["head_dim_vo"]'''
 
 
 _STANDALONE_CALL = '''
@@ -257,34 +282,17 @@ def _layout(t):
 
 
 def _paged(k_list, v_list, dtype, device):
-    """A paged cache holding each request's k/v on its pages; every other slot is NaN."""
-    ps, ids = CFG["page_size"], CFG["page_ids"]
-    pool = max(CFG["page_id_offset"] + len(ids), 1)
-    hkv, d, dv = CFG["num_kv_heads"], CFG["head_dim"], CFG["head_dim_vo"]
-    k_pages = torch.full((pool, ps, hkv, d), NAN, dtype=dtype, device=device)
-    v_pages = torch.full((pool, ps, hkv, dv), NAN, dtype=dtype, device=device)
-    indptr, indices, last = [0], [], []
-    for k, v, n in zip(k_list, v_list, CFG["kv_lens"]):
-        count = -(-n // ps)
-        mine = ids[indptr[-1]:indptr[-1] + count]
-        for i, page in enumerate(mine):
-            lo, hi = i * ps, min(n, (i + 1) * ps)
-            if hi > lo:
-                k_pages[page, :hi - lo] = k[lo:hi]
-                v_pages[page, :hi - lo] = v[lo:hi]
-        indices.extend(mine)
-        indptr.append(indptr[-1] + count)
-        last.append(n - (count - 1) * ps if n else 0)
-    if CFG["layout"] == "HND":
-        k_pages = k_pages.transpose(1, 2).contiguous()
-        v_pages = v_pages.transpose(1, 2).contiguous()
+    """A paged cache holding each request's k/v on its pages (build_paged above: every other
+    slot is NaN), as the case hands it over, and its index tensors."""
+    paged = build_paged(PagedProblem(k_list, v_list, dtype, device), CFG["page_size"],
+                        CFG["layout"], CFG["page_order"], CFG["page_id_offset"], CFG["seed"])
     if CFG["cache_form"] == "single":
-        cache = _passed("kv_cache", torch.stack((k_pages, v_pages), dim=1))
+        cache = _passed("kv_cache", paged.cache("single"))
     else:
-        cache = (_passed("k_cache", k_pages), _passed("v_cache", v_pages))
-    idx = dict(kv_indptr=_index("kv_indptr", indptr, "cpu"),
-               kv_indices=_index("kv_indices", indices, device),
-               last_page_len=_index("last_page_len", last, "cpu"))
+        cache = (_passed("k_cache", paged.k_pages), _passed("v_cache", paged.v_pages))
+    idx = dict(kv_indptr=_index("kv_indptr", paged.indptr, "cpu"),
+               kv_indices=_index("kv_indices", paged.indices, device),
+               last_page_len=_index("last_page_len", paged.last_page_len, "cpu"))
     return cache, idx
 
 

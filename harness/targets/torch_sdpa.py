@@ -321,8 +321,6 @@ class SdpaTarget(Target):
 
     def standalone_source(self, case) -> str | None:
         """`def call(inputs) -> dict` for the standalone script (Target.standalone_source)."""
-        if case.params.get("alibi_slopes") not in (None, False):
-            raise Skip("ALiBi has no standalone script yet")
         for key, why in _NO_ANALOGUE.items():
             if case.params.get(key) is not None:
                 raise Skip(why)
@@ -421,23 +419,50 @@ def standalone_call_source(case, device) -> str:
     p = normalize(case.params)
     hq, hkv = p["num_qo_heads"], p["num_kv_heads"]
     lse_op = _lse_op(case.backend, torch.device(device)) if p["return_lse"] else None
-    cfg = {"op": case.op, "backend": BACKENDS[case.backend], "layout": case.params.get("layout", "NHD"),
+    cfg = {"op": case.op, "backend": case.backend, "layout": case.params.get("layout", "NHD"),
            "strided": case.params.get("strided"), "causal": p["causal"],
-           "window_left": p["window_left"], "sm_scale": p["sm_scale"],
+           "window_left": p["window_left"], "sm_scale": case.params.get("sm_scale"),
            "return_lse": p["return_lse"],
            # The LSE comes from the backend's own op only where the harness asks it for one.
            "lse_op": (_STANDALONE_LSE_OPS.get(lse_op)
                       if lse_op is not None and hkv > 0 and hq % hkv == 0
                       and case.expect != "refuse" else None)}
+    if case.params.get("alibi_slopes") not in (None, False):
+        from harness.model.problem import build_problem
+        prob = build_problem(case.params, case.seed, "cpu")
+        alibi_bias(prob, None, False)      # its Skip (a dtype it cannot carry) here, not there
+        cfg["alibi"] = {"slopes": [float(x) for x in prob.alibi_slopes],   # fp32, exact
+                        "qo_lens": prob.qo_lens, "kv_lens": prob.kv_lens,
+                        "dtype_name": prob.dtype_name}
+    else:
+        cfg["alibi"] = None
     text = pprint.pformat(cfg, width=96, compact=True)
-    # The additive-mask helpers are the adapter's own, written out: one definition, two uses.
-    shared = "\n\n".join(inspect.getsource(f).rstrip() for f in (_additive, _bias4d))
-    call = _STANDALONE_CALL.replace("{shared}", shared)
-    return (f"import torch.nn.functional as F\nfrom torch.nn.attention import SDPBackend, "
-            f"sdpa_kernel\n\nCFG = {text}\n\n{call}")
+    # The adapter's own helpers, verbatim: the mask, the SDPA call (its refusal carries the
+    # reasons torch warned, as the row's message does) and the LSE ops.
+    shared = "\n\n\n".join(inspect.getsource(f).rstrip() for f in _STANDALONE_SHARED)
+    ops = "{" + ", ".join(f"{name!r}: {f.__name__}" for f, name in _STANDALONE_LSE_OPS.items()) + "}"
+    return (f"import re\nimport warnings\n\nimport torch.nn.functional as F\n\n"
+            f"CFG = {text}\nBACKENDS = {BACKENDS!r}\n_TRIGGERED = re.compile({_TRIGGERED.pattern!r})\n\n\n"
+            f"class Skip(Exception):\n    \"\"\"The harness's 'this route cannot express the case'.\"\"\"\n\n\n"
+            f"{shared}\n\n\nLSE_OPS = {ops}\n\n{_STANDALONE_CALL}")
+
+
+_STANDALONE_SHARED = (_backend_enum, _reasons, _call_sdpa, bottom_right_mask, _additive, _bias4d,
+                      _heads_of, _lse_cpu_flash, _lse_cuda_flash, _lse_efficient, _lse_cudnn,
+                      _lse_rows, alibi_bias)
 
 
 _STANDALONE_CALL = '''
+class AlibiProblem:
+    """The fields of the harness's Problem that alibi_bias reads."""
+
+    def __init__(self, q):
+        self.dtype, self.device = q.dtype, q.device
+        self.dtype_name = CFG["alibi"]["dtype_name"]
+        self.qo_lens, self.kv_lens = CFG["alibi"]["qo_lens"], CFG["alibi"]["kv_lens"]
+        self.alibi_slopes = torch.tensor(CFG["alibi"]["slopes"], dtype=torch.float32)
+
+
 def _passed(name, t):
     """The tensor as the case hands it over: a view whose hidden slots hold NaN."""
     if CFG["strided"] == name:                        # stride(-1) == 2
@@ -458,43 +483,6 @@ def _layout(t):
     return t.contiguous() if CFG["layout"] == "NHD" else t.transpose(0, 1).contiguous()
 
 
-def _mask(qo_len, kv_len, device):
-    """Bool [L, S], True = visible, bottom-right aligned; None where every key is visible."""
-    shift = kv_len - qo_len
-    keep = torch.ones(qo_len, kv_len, dtype=torch.bool, device=device)
-    if CFG["causal"]:
-        keep = keep.tril(diagonal=shift)
-    if CFG["window_left"] >= 0:
-        keep = keep.triu(diagonal=shift - CFG["window_left"])
-    return None if bool(keep.all()) else keep
-
-
-{shared}
-
-def _heads_of(q, k, v):
-    group = q.shape[1] // k.shape[1]
-    if group == 1:
-        return k, v
-    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-
-
-def _lse(q, k, v, mask, is_causal, scale):
-    """The logsumexp from the op SDPA dispatches to (the public function returns none)."""
-    which = CFG["lse_op"]
-    if which == "cpu_flash":
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, is_causal, attn_mask=_additive(mask, q.dtype), scale=scale)[1]
-    k, v = _heads_of(q, k, v)
-    if which == "cuda_flash":
-        return torch.ops.aten._scaled_dot_product_flash_attention(
-            q, k, v, 0.0, is_causal, False, scale=scale)[1]
-    if which == "efficient":
-        return torch.ops.aten._scaled_dot_product_efficient_attention(
-            q, k, v, _bias4d(q, mask), True, 0.0, is_causal, scale=scale)[1]
-    return torch.ops.aten._scaled_dot_product_cudnn_attention(
-        q, k, v, _bias4d(q, mask), True, 0.0, is_causal, False, scale=scale)[1]
-
-
 def call(inputs):
     """SDPA under one backend; outputs in the logical layout [rows, heads, dim]."""
     qs, ks, vs = inputs["q"], inputs["k"], inputs["v"]
@@ -507,17 +495,17 @@ def call(inputs):
         k, v = k.transpose(0, 1), v.transpose(0, 1)                   # [Hkv, S, D]
     q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     qo_len, kv_len = q.shape[2], k.shape[2]
-    mask = _mask(qo_len, kv_len, q.device)
+    mask = bottom_right_mask(qo_len, kv_len, CFG["causal"], CFG["window_left"], q.device)
     is_causal = mask is not None and qo_len == kv_len and CFG["window_left"] < 0
     if is_causal:
         mask = None
+    if CFG["alibi"]:
+        mask, is_causal = alibi_bias(AlibiProblem(q), mask, is_causal), False
     scale = None if CFG["sm_scale"] is None else float(CFG["sm_scale"])
-    with sdpa_kernel([getattr(SDPBackend, CFG["backend"])]):
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                           scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    o = _call_sdpa(CFG["backend"], q, k, v, mask, is_causal, scale, q.shape[1] != k.shape[1])
     result = {"o": o[0].transpose(0, 1)}
     if CFG["lse_op"]:
-        lse = _lse(q, k, v, mask, is_causal, scale)
-        result["lse"] = lse.reshape(q.shape[1], -1)[:, :qo_len].transpose(0, 1).float()
+        lse = LSE_OPS[CFG["lse_op"]](q, k, v, mask, is_causal, scale)
+        result["lse"] = _lse_rows(lse, qo_len, q.shape[1])
     return result
 '''

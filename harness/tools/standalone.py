@@ -10,8 +10,6 @@ crashes the script the same way, since the script simply makes the call.
 """
 from __future__ import annotations
 
-from harness.model.routes import DEFAULT_TARGET
-
 import ast
 import base64
 import importlib.util
@@ -110,6 +108,7 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
     """The standalone script for `case` on `target`, whose harness row is `row`."""
     import torch
     from harness.model import platform_info
+    from harness.model.classify import in_their_words
     from harness.model.problem import build_problem
     from harness.model.reference import NoReference, attention_baseline, attention_reference
     from harness.model.tolerance import lse_tolerance, output_tolerance
@@ -132,6 +131,13 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
                           f"(at most {MAX_INPUT_BYTES >> 20} MiB)")
     inputs = {name: [encode_tensor(t) for t in ts]
               for name, ts in (("q", problem.q), ("k", problem.k), ("v", problem.v))}
+    if problem.custom_mask is not None:
+        inputs["custom_mask"] = [encode_tensor(m) for m in problem.custom_mask]
+    features = {"k_scale": problem.k_scale, "v_scale": problem.v_scale,
+                "cap": problem.logits_soft_cap,
+                "slopes": None if problem.alibi_slopes is None
+                else [float(x) for x in problem.alibi_slopes],
+                "sinks": None if problem.sinks is None else [float(x) for x in problem.sinks]}
     tol = {"o": None, "lse": None, "baseline_error": None}
     try:
         ref, base = attention_reference(problem), attention_baseline(problem)
@@ -152,6 +158,8 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
     }
     env = {"KERNELS_DISABLE_GUARDS": disable_guards} if disable_guards else {}
     paths = _library_paths(source)
+    vocabulary = getattr(getattr(target, "capabilities", None), "vocabulary", None)
+    refuse_words = [in_their_words(w, vocabulary) for w in case.refuse_words]
     header = [
         f"# {_one_sentence(row)}",
         f"# Case: {case.id} (contract: {case.expect}; seed {case.seed}).",
@@ -165,6 +173,7 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
     parts = [
         "\n".join(header),
         '"""Standalone reproducer: the inputs (exact bits), the library call, an fp64 reference."""',
+        "from __future__ import annotations",
         "import base64\nimport math\nimport os\nimport re\nimport sys\nimport zlib",
         "",
     ]
@@ -177,16 +186,32 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
                      + "\n".join(f"sys.path.insert(0, {p!r})" for p in paths))
     parts.append("import torch")
     parts.append(f"CASE_ID = {case.id!r}\nEXPECT = {case.expect!r}\n"
-                 f"REFUSE_WORDS = {list(case.refuse_words)!r}\nDEVICE = {str(device)!r}\n"
+                 f"# A refusal must name each as a word (one of its |-separated names: the library's own).\n"
+                 f"REFUSE_WORDS = {refuse_words!r}\nDEVICE = {str(device)!r}\n"
                  f"PROBLEM = {_literal(problem_cfg)}\n"
+                 f"# The problem's features, as the reference applies them (fp32 values).\n"
+                 f"FEATURES = {_literal(features)}\n"
                  f"# From the harness's tolerance model: K x the same-dtype baseline's error + floor.\n"
                  f"TOLERANCE = {_literal(tol)}\n"
                  f"HARNESS_ROW = {_literal({k: row.get(k) for k in ('outcome', 'pass', 'max_abs_diff', 'n_wrong', 'n_total', 'stage')})}")
     parts.append("# ---- the library's calls (from the target adapter) ----\n" + source.strip("\n"))
+    parts.append("# ---- the harness's fp64 reference (harness/model/reference.py), verbatim ----\n"
+                 + _reference_source())
     parts.append(_SCRIPT_TAIL.strip("\n"))
     parts.append("INPUTS = " + json.dumps(inputs, indent=1))
     parts.append('if __name__ == "__main__":\n    sys.exit(main())')
     return "\n\n\n".join(p for p in parts if p is not None) + "\n"
+
+
+def _reference_source() -> str:
+    """The harness's own reference functions, so the script judges as the row was judged."""
+    import inspect
+    from harness.model import reference
+    parts = [f"_LOGITS_BUDGET = {reference._LOGITS_BUDGET!r}"]
+    parts += [inspect.getsource(f).rstrip() for f in
+              (reference.NoReference, reference.kv_head_map, reference.visible_mask,
+               reference._one_request)]
+    return "\n\n\n".join(parts)
 
 
 def write_standalone(case, target_spec, row: dict, path, disable_guards: str | None = None,
@@ -207,34 +232,100 @@ def write_standalone(case, target_spec, row: dict, path, disable_guards: str | N
     return path
 
 
-def write_class_repros(table_rows, out_dir, target_spec: str = DEFAULT_TARGET,
-                       disable_guards: str | None = None) -> list[tuple[str, str]]:
-    """One standalone script per failure class of a table's rows (its first row), under
-    out_dir. Returns (case id, path or the reason none was written) per class."""
+def plain_row(row: dict) -> dict:
+    """A table row (a DataFrame's) with numpy scalars as Python values, for the literals."""
+    out = {}
+    for key, value in row.items():
+        if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+            value = value.item()
+        out[key] = value
+    return out
+
+
+def guards_of(value) -> str | None:
+    """A row's disable_guards (a comma list, a JSON list, a list, or empty) as the option's
+    comma list, or None when no guard was off."""
+    if value is None or value == "" or (isinstance(value, float) and value != value):
+        return None
+    if isinstance(value, str):
+        try:   # a JSON list, or names joined by commas; a lone "[" is the latter
+            value = json.loads(value) if value.startswith("[") else value.split(",")
+        except ValueError:
+            value = value.split(",")
+        if not isinstance(value, list):
+            value = [value]
+    names = [str(g).strip() for g in value if str(g).strip()]
+    return ",".join(names) or None
+
+
+def target_spec_of(target_label: str) -> str:
+    """The --target spec whose label a table's `target` column holds (harness/targets
+    label()): a registry name, an alias or an entry point. ValueError when none has it."""
+    from harness.targets import known_names, label
+    named = [name for name in known_names() if label(name) == target_label]
+    if not named:
+        raise ValueError(f"no target this checkout knows is labelled {target_label!r} (its "
+                         f"table came from a --target spec; name it with HARNESS_TARGETS)")
+    return target_label if target_label in named else named[0]
+
+
+def row_settings(row) -> tuple[str, str | None]:
+    """(target spec, disabled guards) a row was made with, from its target and
+    disable_guards columns."""
+    target = row.get("target")
+    if not isinstance(target, str) or not target:
+        raise ValueError("the row names no target")
+    return target_spec_of(target), guards_of(row.get("disable_guards"))
+
+
+def table_settings(rows) -> tuple[str, str | None]:
+    """row_settings of rows that all share them (ValueError when they do not)."""
+    found = {row_settings(r) for r in rows}
+    if len(found) != 1:
+        raise ValueError(f"the rows were made with {len(found)} target/guard settings, not one")
+    return found.pop()
+
+
+def write_class_repros(table_rows, out_dir, target_spec: str | None = None,
+                       disable_guards: str | None = None) -> list[tuple[str, str, str]]:
+    """One standalone script per failure class of a table's rows, `out_dir/<class slug>.py`,
+    for the class's example case. The target and disabled guards are the example row's own
+    (its target and disable_guards columns) unless target_spec is given. Returns
+    (slug, case id, the path written or the reason none was) per class, worst first."""
     import pandas as pd
     from harness.engine.session import all_cases
     from harness.results.failure_classes import failure_classes
     from harness.targets import load_target
     rows = list(table_rows)
     df = pd.DataFrame(rows)
-    target = load_target(target_spec)
-    by_id = {c.id: c for c in all_cases(target)}
-    row_of = {r["case_id"]: r for r in rows}
     out_dir = Path(out_dir)
+    targets: dict = {}
     done = []
-    for n, cls in enumerate(failure_classes(df), 1):
+    for cls in failure_classes(df):
         case_id = cls.example
-        case, row = by_id.get(case_id), row_of.get(case_id)
-        if case is None or row is None:
-            done.append((str(case_id), "not in this checkout's cases"))
-            continue
-        safe = "".join(ch if ch.isalnum() else "_" for ch in case_id)[:80]
-        path = out_dir / f"{n:02d}-{safe}.py"
+        row = plain_row(cls.rows.iloc[0].to_dict())
         try:
-            write_standalone(case, target, row, path, disable_guards)
-            done.append((case_id, str(path)))
+            if target_spec is not None:
+                spec, guards = target_spec, disable_guards
+            else:
+                spec, guards = row_settings(row)
+            if spec not in targets:
+                target = load_target(spec)
+                targets[spec] = (target, {c.id: c for c in all_cases(target)})
+        except Exception as why:  # noqa: BLE001 - a class's line says why, the rest go on
+            done.append((cls.slug, str(case_id), f"not written: {why}"))
+            continue
+        target, by_id = targets[spec]
+        case = by_id.get(case_id)
+        if case is None:
+            done.append((cls.slug, str(case_id), "not written: not in this checkout's cases"))
+            continue
+        path = out_dir / f"{cls.slug}.py"
+        try:
+            write_standalone(case, target, row, path, guards)
+            done.append((cls.slug, case_id, str(path)))
         except Unavailable as why:
-            done.append((case_id, str(why)))
+            done.append((cls.slug, case_id, f"not written: {why}"))
     return done
 
 
@@ -251,32 +342,23 @@ def decode(spec):
 
 
 def reference(qs, ks, vs):
-    """Attention in fp64, per request: bottom-right causal, sliding window, GQA head map,
-    natural-log LSE; a row that sees no key gives output 0 and LSE -inf."""
-    hq, hkv = PROBLEM["num_qo_heads"], PROBLEM["num_kv_heads"]
-    if hq % hkv == 0:
-        heads = [h // (hq // hkv) for h in range(hq)]
-    else:   # no GQA group: the even spread the harness judges values by
-        heads = [h * hkv // hq for h in range(hq)]
+    """Attention in fp64, per request, as the harness computes it (its functions above):
+    bottom-right causal, sliding window, GQA head map, soft cap, ALiBi, sinks, the KV scales
+    and a custom mask; natural-log LSE; a row that sees no key gives output 0."""
+    heads = kv_head_map(PROBLEM["num_qo_heads"], PROBLEM["num_kv_heads"])
+    feats = {key: (torch.tensor(value, dtype=torch.float32) if isinstance(value, list) else value)
+             for key, value in FEATURES.items()}
+    masks = [decode(m) for m in INPUTS.get("custom_mask") or []]
     outs, lses = [], []
-    for q, k, v in zip(qs, ks, vs):
-        q, k, v = (t.to("cpu", torch.float64) for t in (q, k, v))
-        k, v = k[:, heads], v[:, heads]
-        rows, keys = q.shape[0], k.shape[0]
-        s = torch.einsum("lhd,khd->hlk", q, k) * PROBLEM["sm_scale"]
-        i = torch.arange(rows).unsqueeze(1)
-        j = torch.arange(keys).unsqueeze(0)
-        diagonal = i + (keys - rows)            # the key aligned with query row i
-        visible = torch.ones(rows, keys, dtype=torch.bool)
-        if PROBLEM["causal"]:
-            visible &= j <= diagonal
-        if PROBLEM["window_left"] >= 0:
-            visible &= j >= diagonal - PROBLEM["window_left"]
-        s = s.masked_fill(~visible, float("-inf"))
-        lse = torch.logsumexp(s, dim=-1)                      # [H, rows]
-        p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
-        outs.append(torch.einsum("hlk,khd->lhd", p, v))
-        lses.append(lse.transpose(0, 1))
+    for n, (q, k, v) in enumerate(zip(qs, ks, vs)):
+        q, k, v = (t.to("cpu") for t in (q, k, v))
+        mask = visible_mask(q.shape[0], k.shape[0], PROBLEM["causal"], PROBLEM["window_left"])
+        if masks:
+            mask = mask & masks[n]
+        o, lse = _one_request(q, k, v, heads, PROBLEM["sm_scale"], mask, torch.float64,
+                              None, feats)
+        outs.append(o)
+        lses.append(lse)
     return {"o": torch.cat(outs), "lse": torch.cat(lses)}
 
 
