@@ -36,8 +36,9 @@ def load_family(name: str):
     return module
 
 
-# "ci": every family x route and every axis, minutes on 2 cores. "full": what a GPU
-# runs in minutes: long contexts, offsets past 2^31, every dtype in the sweeps, the
+# "ci": every family x route and every axis, minutes on 2 cores (offsets past 2^31 in
+# lazily allocated pools included). "full": what a GPU runs in minutes: long contexts,
+# offsets past 2^31 at 8 kv heads, every dtype in the sweeps, the
 # value and edge-row families in every call form. A family whose cases(routes,
 # profile=...) takes the profile gets it; the others are the same in both.
 PROFILES = ("ci", "full")

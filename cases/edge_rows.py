@@ -18,9 +18,13 @@ express it:
 
 merge_state splits each request's kv in two non-empty halves and takes no
 mask, so it gets a qo_len 0 request and single-token queries over the
-shortest splittable kv (2). mixed_batch gets empty decodes (vLLM pads a
-graph batch with seq_len 0) and prefills with masked rows and no rows. The
-poisoned outputs make a row a kernel never writes `wrong`.
+shortest splittable kv (2); and each of its two input states empty on its own
+(merge_empty a / b: that state is over no key, o 0 and LSE -inf, the other over
+the whole kv, single-key requests included), and both empty (a kv_len 0 request
+among them). mixed_batch gets empty decodes (vLLM pads a graph batch with
+seq_len 0), prefills with masked rows and no rows, and a prefill with rows but
+no kv among ordinary ones. The poisoned outputs make a row a kernel never
+writes `wrong`.
 """
 from __future__ import annotations
 
@@ -124,6 +128,15 @@ def _merge_state(backend):
             yield f"qo_empty_{merge}", _params(i, (64, 128, 32)[i], qo_lens=[3, 0, 1, 1],
                                               kv_lens=[4, 5, 2, 9], causal=False,
                                               return_lse=True, merge=merge)
+            # Each state empty on its own (the other over the whole kv, one key included).
+            for side in ("a", "b"):
+                yield f"state_{side}_empty_{merge}", _params(
+                    i, (64, 128, 32)[i], qo_lens=[3, 2, 1, 4], kv_lens=[4, 1, 7, 30],
+                    causal=False, return_lse=True, merge=merge, merge_empty=side)
+            # Both empty: requests of kv_len 0 between ordinary ones.
+            yield f"states_both_empty_{merge}", _params(
+                i, (64, 128, 32)[i], qo_lens=[2, 3, 1], kv_lens=[0, 9, 0], causal=False,
+                return_lse=True, merge=merge, merge_empty="a")
 
 
 def _mixed_batch(backend):
@@ -137,6 +150,9 @@ def _mixed_batch(backend):
         yield "batch", base
         yield "all_decodes_empty", {**base, "qo_lens": [1] * 4, "kv_lens": [0] * 4}
         yield "batch_window0", {**base, "window_left": 0}
+        # A prefill with rows and no kv (its rows see nothing) among ordinary requests.
+        yield "prefill_kv_empty", {**base, "qo_lens": [1, 1, 5, 3], "kv_lens": [6, 2, 0, 8],
+                                   "num_decodes": 2}
 
 
 _BY_OP = {

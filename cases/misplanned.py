@@ -8,6 +8,10 @@ ran silently (reading past q, a truncated head loop) or killed the process. A ca
 its field ("metadata.<field>" in requires), never for plan(), so every target that declares
 the field gets it, in every dtype.
 
+k and v each alone: a field that moves both (the cache's kv heads; ragged k and v rows)
+is also moved on one side only (mismatch["only"]: "k" | "v", variants *_k / *_v): a check
+of one of the pair must not stand in for the other's.
+
 q rows: fewer than planned must be refused; more is what CUDA-graph callers
 do (they pad q and out to a fixed capacity), so up to capacity it must run
 and the first planned rows must match.
@@ -70,6 +74,13 @@ MISMATCHES = (
     ("q_rows_padded", "q_rows", lambda p: _rows(p) + 5, "match", "", None),
     ("kv_rows_fewer", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", "kv_rows",
      lambda p: sum(p["kv_lens"])),
+    # The fields above that move k and v together, each moved alone (ONLY says which).
+    ("num_kv_heads_k", "num_kv_heads", 1, "refuse", "num_kv_heads", lambda p: p["num_kv_heads"]),
+    ("num_kv_heads_v", "num_kv_heads", 1, "refuse", "num_kv_heads", lambda p: p["num_kv_heads"]),
+    ("kv_rows_fewer_k", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", "kv_rows",
+     lambda p: sum(p["kv_lens"])),
+    ("kv_rows_fewer_v", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", "kv_rows",
+     lambda p: sum(p["kv_lens"])),
     ("dtype", "dtype", lambda p: OTHER_DTYPE[p["dtype"]], "refuse", "dtype",
      lambda p: TORCH_NAME[p["dtype"]]),
     # Fields of a batch described by metadata tensors (a vLLM-shaped call): the count the
@@ -84,6 +95,11 @@ MISMATCHES = (
     ("query_start_loc_short", "query_start_loc", lambda p: _rows(p) - 1, "refuse",
      "query_start_loc", _rows),
 )
+
+
+# Variants that move one side of a k/v pair alone: mismatch["only"] names it.
+ONLY = {"num_kv_heads_k": "k", "num_kv_heads_v": "v", "kv_rows_fewer_k": "k",
+        "kv_rows_fewer_v": "v"}
 
 
 def _blocks_wide(p) -> int:
@@ -157,6 +173,8 @@ def rebuild(case: Case, params: dict) -> Case:
                     requires=case.requires)
     if callable(spec):
         params = {**params, "mismatch": {**params["mismatch"], "value": spec(params)}}
+    if case.variant in ONLY:
+        params = {**params, "mismatch": {**params["mismatch"], "only": ONLY[case.variant]}}
     return mismatch_case(case.route, case.variant, params, tag)
 
 
@@ -172,7 +190,10 @@ def cases(routes) -> Iterator[Case]:
                 if field not in APPLIES[op]:
                     continue
                 value = value(base) if callable(value) else value
-                params = {**base, "mismatch": {"field": field, "value": value}}
+                mismatch = {"field": field, "value": value}
+                if variant in ONLY:
+                    mismatch["only"] = ONLY[variant]
+                params = {**base, "mismatch": mismatch}
                 for form, form_tag in forms(params, tag):
                     yield mismatch_case(route, variant, form, form_tag)
         base = {**_BASE, **PROBLEMS[op]}

@@ -19,7 +19,11 @@ LONG = {"dtype": "bf16", "head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8,
 
 def test_no_ci_case_holds_a_share_and_the_full_profile_giants_do():
     cases = load_target("bundled").cases(None, "ci")
-    assert all(dm.shares_for(c.params, H200) == 0 for c in cases)
+    # Only ci's offsets past 2^31 are big on a device: their pools are lazy on the host alone.
+    assert all(dm.shares_for(c.params, H200) == 0 for c in cases
+               if c.variant != "offset_past_2_31_host")
+    assert all(dm.shares_for(c.params, H200) for c in cases
+               if c.variant == "offset_past_2_31_host")
     full = load_target("bundled").cases(["scale"], "full")
     holders = {c.id for c in full if dm.shares_for(c.params, H200)}
     assert any("long_kv_full" in i for i in holders)

@@ -13,6 +13,7 @@ when the answer looks right.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -100,6 +101,95 @@ def _span_bits(t: torch.Tensor) -> torch.Tensor:
 # hashing a 2^31-element cache pool meant copying it to the CPU and SHA-256ing it twice
 # (~45 s a case on the H200); a device copy and torch.equal take milliseconds.
 SNAPSHOT_ELEMS = 1 << 22
+# Above this many bytes a host input is snapshotted sparsely: a page pool past 2^31 elements
+# (harness/targets/layout.py _pool) is allocated lazily, its untouched pages never resident,
+# and a whole copy makes all of it resident (4.2 GB and 7 s for one 16-bit pool). Where the
+# kernel says which pages of an anonymous mapping are resident (/proc/self/pagemap), only those
+# are copied, and a page that was not resident (so read as zero) must be absent or all zero
+# after the run: milliseconds, nothing made resident. Elsewhere each chunk holding a non-zero
+# bit is copied and the others kept as a mark (seconds, still nothing made resident).
+SPARSE_SNAPSHOT_BYTES = 1 << 30
+_SPARSE_CHUNK = 1 << 24
+
+
+def _anonymous(lo: int, hi: int) -> bool:
+    """[lo, hi) lies in one private anonymous mapping of this process (reads zero unwritten)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                a, b = (int(x, 16) for x in parts[0].split("-"))
+                if a <= lo < b:
+                    return hi <= b and parts[1].endswith("p") and len(parts) < 6
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _resident_pages(lo: int, hi: int):
+    """A numpy bool per OS page of [lo, hi): present or swapped; None where unknown."""
+    try:
+        import numpy as np
+        size = os.sysconf("SC_PAGE_SIZE")
+        first, last = lo // size, (hi - 1) // size
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+        try:
+            raw = os.pread(fd, 8 * (last - first + 1), 8 * first)
+        finally:
+            os.close(fd)
+        entries = np.frombuffer(raw, dtype=np.uint64)
+        if entries.size != last - first + 1:
+            return None
+        return ((entries >> np.uint64(62)) & np.uint64(3)) != 0, size, first
+    except (OSError, ValueError, ImportError):
+        return None
+
+
+def _runs(mask):
+    """(start, stop) of each run of True in a numpy bool array."""
+    import numpy as np
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.view(np.int8), [0]))))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist()))
+
+
+class _SparseSnapshot:
+    """The bytes of a large host tensor, kept only where they can be non-zero."""
+
+    def __init__(self, bits: torch.Tensor):
+        self.raw = bits.view(torch.uint8)
+        ptr, n = self.raw.data_ptr(), self.raw.numel()
+        self.paged = _resident_pages(ptr, ptr + n) if _anonymous(ptr, ptr + n) else None
+        if self.paged is not None:
+            mask, size, first = self.paged
+            self.kept = [(a, b, self.raw[a:b].clone())
+                         for a, b in (self._bytes(r, size, first) for r in _runs(mask))]
+        else:
+            self.kept = [(a, b, c.clone()) for a, b, c in self._chunks() if bool(c.any())]
+
+    def _bytes(self, run, size, first):
+        ptr, n = self.raw.data_ptr(), self.raw.numel()
+        a = max(0, (first + run[0]) * size - ptr)
+        b = min(n, (first + run[1]) * size - ptr)
+        return a, b
+
+    def _chunks(self):
+        for a in range(0, self.raw.numel(), _SPARSE_CHUNK):
+            b = min(a + _SPARSE_CHUNK, self.raw.numel())
+            yield a, b, self.raw[a:b]
+
+    def same(self) -> bool:
+        if any(not torch.equal(self.raw[a:b], kept) for a, b, kept in self.kept):
+            return False
+        if self.paged is not None:
+            mask, size, first = self.paged
+            now = _resident_pages(self.raw.data_ptr(), self.raw.data_ptr() + self.raw.numel())
+            if now is None:
+                return False
+            fresh = now[0] & ~mask          # pages made resident since: read as zero before
+            return not any(bool(self.raw[a:b].any()) for a, b in
+                           (self._bytes(r, size, first) for r in _runs(fresh)))
+        kept = {a for a, _, _ in self.kept}
+        return not any(bool(c.any()) for a, _, c in self._chunks() if a not in kept)
 
 
 def fingerprint(t: torch.Tensor) -> str:
@@ -171,6 +261,7 @@ class _Watched:
     tensor: torch.Tensor
     fp: str
     snapshot: torch.Tensor | None = None   # the bits, on the tensor's device (large inputs)
+    sparse: _SparseSnapshot | None = None  # the same for a host input past SPARSE_SNAPSHOT_BYTES
 
 
 class Buffers:
@@ -224,7 +315,13 @@ class Buffers:
 
     def watch(self, tensor: torch.Tensor, name: str) -> str:
         """Fingerprint an input now; check() reports it if it has changed since."""
-        if storage_span(tensor).numel() > SNAPSHOT_ELEMS:
+        span = storage_span(tensor)
+        if span.numel() > SNAPSHOT_ELEMS:
+            if tensor.device.type == "cpu" and \
+                    span.numel() * span.element_size() > SPARSE_SNAPSHOT_BYTES:
+                self._watched.append(_Watched(name, tensor, "snapshot",
+                                              sparse=_SparseSnapshot(_span_bits(tensor))))
+                return "snapshot"
             self._watched.append(_Watched(name, tensor, "snapshot", _span_bits(tensor).clone()))
             return "snapshot"
         fp = fingerprint(tensor)
@@ -252,10 +349,12 @@ class Buffers:
             if bad.numel():
                 problems.append(f"canary after {g.name}: {bad.numel()} elements changed, "
                                 f"first at +{int(bad[0])}")
-        hashed = [w for w in self._watched if w.snapshot is None]
+        hashed = [w for w in self._watched if w.snapshot is None and w.sparse is None]
         now = dict(zip(map(id, hashed), fingerprints([w.tensor for w in hashed])))
         for w in self._watched:
-            if w.snapshot is not None:
+            if w.sparse is not None:
+                changed = not w.sparse.same()
+            elif w.snapshot is not None:
                 changed = not torch.equal(_span_bits(w.tensor), w.snapshot)
             else:
                 changed = now[id(w)] != w.fp

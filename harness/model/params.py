@@ -74,13 +74,18 @@ SCHEMA: dict[str, Param] = {
     "workspace_bytes": Param(_INT, "plan workspace size [32 MiB]"),
     "partial_state": Param(_BOOL, "paged run(partial_state=) with an empty prior state"),
     "merge": Param(_STR, "merge_state: out_of_place | in_place"),
+    "merge_empty": Param(_STR, "merge_state: a | b, that state is over no key of each request "
+                               "(the KV cut at 0 or at kv_len: o 0, LSE -inf), the other over "
+                               "all of it [cut in halves]"),
     "num_decodes": Param(_INT, "mixed_batch: the first num_decodes requests are decodes"),
     "out_form": Param(_STR, "given: the caller hands out= and lse= | library: the library "
                             "allocates and returns them"),
     # ---- adversarial perturbations
     "strided": Param(_STR, "the one tensor passed as an adversarial view (stride(-1) == 2, NaN in "
                            "the skipped slots; q_heads: head-sliced; an index tensor: every other)"),
-    "mismatch": Param(_DICT, "{field, value}: run() gets tensors that disagree with plan() there"),
+    "mismatch": Param(_DICT, "{field, value[, only]}: run() gets tensors that disagree with "
+                             "plan() there; only k | v: of a field that moves k and v "
+                             "together, that one alone"),
     "malformed": Param(_DICT, "one feature argument passed malformed: {field: sinks | alibi_slopes, "
                               "length: n} a per-head vector of n entries; {field: k_scale | "
                               "v_scale, shape: [..]} a scale tensor of that shape; {field: "
@@ -108,7 +113,8 @@ SCHEMA: dict[str, Param] = {
 # case, so the row is a harness_error naming the key, never a pass (engine/execute.py).
 MUST_READ = frozenset({
     "strided", "mismatch", "scenario", "replan_max_kv_chunk", "capacity", "restage",
-    "sequence", "index_device", "use_cuda_graph", "partial_state", "merge", "num_decodes",
+    "sequence", "index_device", "use_cuda_graph", "partial_state", "merge", "merge_empty",
+    "num_decodes",
     "max_kv_chunk", "fault",
     # Features: an adapter that never passed one could still pass where its effect is small
     # (a soft cap far above the logits, a sink far below the LSE, scales of 1, an fp8 cache

@@ -45,7 +45,7 @@ from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import to_layout
 from harness.targets.plan_run.call import Call
 from harness.targets.plan_run.mismatch import PLAN_METADATA
-from harness.targets.plan_run.merge import check_splits, merged
+from harness.targets.plan_run.merge import check_splits, cut, merged
 
 LN2 = math.log(2.0)
 WORKSPACE_BYTES = 128 << 20     # FlashInfer's recommended float workspace
@@ -173,13 +173,14 @@ def single_decode(c: FiCall) -> dict:
 def merge_state(c: FiCall) -> dict:
     """Two partial states per request (KV halves, through FlashInfer), merged back."""
     p = c.problem
-    check_splits(p)
+    check_splits(p, c.params)
     halves = []
     c.buffers.stage("partial")
     for half in (0, 1):
         o_half, s_half = [], []
         for q, k, v, lk in zip(p.q, p.k, p.v, p.kv_lens):
-            sl = slice(0, lk // 2) if half == 0 else slice(lk // 2, lk)
+            at = cut(c.params, lk)
+            sl = slice(0, at) if half == 0 else slice(at, lk)
             o, s = c.fi.single_prefill_with_kv_cache(
                 q.contiguous(), k[sl].contiguous(), v[sl].contiguous(), causal=False,
                 kv_layout="NHD", window_left=-1, sm_scale=c.sm_scale, backend="fa2",

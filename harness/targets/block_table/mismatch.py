@@ -6,7 +6,10 @@ f, keeping every other dimension as described and the data finite (a run that ac
 computes plausible numbers, so the harness sees `silent`, not a lucky NaN):
 
   num_qo_heads   q with n heads; the metadata call still states the problem's
-  num_kv_heads   the metadata call states n kv heads; the cache holds the problem's
+  num_kv_heads   the metadata call states n kv heads; the cache holds the problem's.
+                 With "only": "k" (or "v"), the metadata and the cache keep the problem's
+                 count and the key (value) tokens handed to the cache writer have n heads:
+                 k and v each disagree alone
   head_dim_qk    q with last dim n; the metadata call states the problem's head_dim
   q_rows         q with n rows; query_start_loc still covers the problem's
   dtype          q cast to n; the metadata call states the problem's dtype (and the cache)
@@ -22,6 +25,9 @@ from harness.targets.base import Skip
 from harness.targets.block_table.batch import BlockBatch
 from harness.targets.plan_run.mismatch import _resize
 
+# Fields whose k and v sides a case may move one at a time (mismatch["only"]: "k" | "v").
+APART = ("num_kv_heads",)
+
 # The fields this core performs, for a target's Capabilities.metadata.
 FIELDS = ("num_qo_heads", "num_kv_heads", "head_dim_qk", "q_rows", "dtype", "batch_size",
           "kv_lens", "block_table", "query_start_loc")
@@ -32,7 +38,15 @@ def perturb(batch: BlockBatch, mismatch) -> BlockBatch:
     if not mismatch:
         return batch
     field, n = mismatch["field"], mismatch["value"]
-    if field == "num_qo_heads":
+    only = mismatch.get("only")
+    if only is not None:
+        if field not in APART or only not in ("k", "v"):
+            raise Skip(f"mismatch field {field!r} has no {only!r} side in a block-table batch")
+        if only == "k":
+            batch.key = _resize(batch.key, 1, int(n))
+        else:
+            batch.value = _resize(batch.value, 1, int(n))
+    elif field == "num_qo_heads":
         batch.query = _resize(batch.query, 1, int(n))
     elif field == "num_kv_heads":
         batch.num_kv_heads = int(n)

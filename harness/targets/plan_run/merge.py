@@ -13,12 +13,23 @@ import torch
 from harness.targets.base import Skip
 
 
-def check_splits(p) -> None:
-    """Both halves non-empty, and no mask that would not split with them."""
+def check_splits(p, params=None) -> None:
+    """Both halves non-empty (unless params["merge_empty"] asks for an empty one), and no
+    mask that would not split with them."""
     if p.causal or p.window_left >= 0:
         raise Skip("merge cases split KV in halves; a mask would not split with it")
-    if any(n < 2 for n in p.kv_lens):
+    empty = (params or {}).get("merge_empty")
+    if empty not in (None, "a", "b"):
+        raise Skip(f"merge_empty must be a or b, got {empty!r}")
+    if empty is None and any(n < 2 for n in p.kv_lens):
         raise Skip("merge cases need kv_len >= 2 so both halves are non-empty")
+
+
+def cut(params, kv_len: int) -> int:
+    """Where a request's KV splits into the two states: its middle, or (merge_empty) 0 so
+    state a is over no key (o 0, LSE -inf), or kv_len so state b is."""
+    empty = params.get("merge_empty")
+    return 0 if empty == "a" else kv_len if empty == "b" else kv_len // 2
 
 
 def merged(c, halves) -> dict:
@@ -48,7 +59,7 @@ def merged(c, halves) -> dict:
 def merge_state(c) -> dict:
     """Two partial states per request (KV halves, through the library), merged back."""
     p = c.problem
-    check_splits(p)
+    check_splits(p, c.params)
     rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
     halves = []
     c.buffers.stage("partial")
@@ -56,8 +67,8 @@ def merge_state(c) -> dict:
         o_half = c.buffers.output((rows, hq, dv), p.dtype, f"o_{'ab'[half]}")
         s_half = c.buffers.output((rows, hq), torch.float32, f"lse_{'ab'[half]}")
         for r, (q, k, v, lq, lk) in enumerate(zip(p.q, p.k, p.v, p.qo_lens, p.kv_lens)):
-            cut = lk // 2
-            sl = slice(0, cut) if half == 0 else slice(cut, lk)
+            at = cut(c.params, lk)
+            sl = slice(0, at) if half == 0 else slice(at, lk)
             lo = int(p.qo_indptr[r])
             c.lib.single_prefill_with_kv_cache(
                 q.contiguous(), k[sl].contiguous(), v[sl].contiguous(), causal=False,

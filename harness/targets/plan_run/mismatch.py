@@ -18,6 +18,9 @@ Fields (params["mismatch"] = {"field": f, "value": n}):
                  to capacity: the first planned rows are compared
   kv_rows        ragged k and v with n rows
   dtype          q cast to n ("fp16" | "bf16" | "fp32")
+
+A field that moves k and v together (num_kv_heads, kv_rows) moves one of them alone when
+params["mismatch"]["only"] is "k" or "v" (the other keeps the planned shape).
 """
 from __future__ import annotations
 
@@ -49,6 +52,14 @@ def _field(c):
     if not mm:
         return None, None
     return mm["field"], mm["value"]
+
+
+def _only(c) -> tuple[bool, bool]:
+    """(k moves, v moves) for a field that moves both: mismatch["only"] picks one."""
+    only = (c.mismatch or {}).get("only")
+    if only not in (None, "k", "v"):
+        raise Skip(f"mismatch only must be k or v, got {only!r}")
+    return only != "v", only != "k"
 
 
 def _q(c, q: torch.Tensor, field, n):
@@ -117,7 +128,10 @@ def perturb(c, q: torch.Tensor, cache):
         return new_q, cache
     parts = list(cache) if isinstance(cache, tuple) else [cache]
     if field == "num_kv_heads":
-        parts = [_resize(t, _head_axis(c, form), n) for t in parts]
+        moves = _only(c)
+        if form != "tuple" and not all(moves):
+            raise Skip("k and v move apart only in a (k, v) tuple cache")
+        parts = [_resize(t, _head_axis(c, form), n) if m else t for t, m in zip(parts, moves)]
     elif field == "head_dim_vo":
         if form != "tuple":
             raise Skip("head_dim_vo differs from head_dim_qk only in a (k, v) tuple cache")
@@ -137,10 +151,11 @@ def perturb_ragged(c, q, k, v):
     new_q = _q(c, q, field, n)
     if new_q is not None:
         return new_q, k, v
+    mk, mv = _only(c)
     if field == "num_kv_heads":
-        return q, _resize(k, 1, n), _resize(v, 1, n)
+        return q, _resize(k, 1, n) if mk else k, _resize(v, 1, n) if mv else v
     if field == "head_dim_vo":
         return q, k, _resize(v, -1, n)
     if field == "kv_rows":
-        return q, _resize(k, 0, n), _resize(v, 0, n)
+        return q, _resize(k, 0, n) if mk else k, _resize(v, 0, n) if mv else v
     raise Skip(f"mismatch field {field!r} does not apply to ragged prefill")

@@ -1,0 +1,195 @@
+"""schedule: the sizes a route's schedule switches on, on every route that takes them.
+
+kernels/_plan.py and kernels/csrc/plan.cpp schedule a batch; kernels/csrc/api.cpp launches
+the prefill grid in tiles of TILE_ROWS query rows. Each size below is where a schedule takes
+another path, so a kernel that only ever saw one side of it would pass everything else:
+
+  tiles               query rows over several tiles (> 2 * TILE_ROWS), one just past a tile
+                      (TILE_ROWS + 1), with a window, on every prefill route, the mixed
+                      batch's prefill part and merge_state's halves (single prefills)
+  tiles_split         the same rows with a caller's max_kv_chunk: the split's partial slots
+                      of rows in different tiles
+  ws_fit_split        no max_kv_chunk and a float workspace too small for the default
+                      chunk's partial rows: plan() doubles the chunk until they fit
+                      (kernels/_plan.py fit_chunk) and the schedule still splits
+  vo_dim*             head_dim_vo != head_dim_qk (both ways), with tiles and splits, on every
+                      route whose API takes two head sizes (single prefill and decode, paged
+                      and ragged prefill, merge_state's states); batch decode and the mixed
+                      batch plan one head_dim for k and v (their adapters skip it)
+
+Each case that asks for the LSE is also run without it (tag -nolse), so a library that
+returns none gets every size. All stay small enough for the host ("ci"): a few hundred rows
+and keys at most.
+tests/test_case_reach.py checks that each reaches its path (the plan splits at the chunk
+it fits, the rows span the tiles).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from harness.model.case import Case, dtype_tag
+from harness.model.routes import op_of
+
+FAMILY = "schedule"
+OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
+       "batch_decode", "merge_state", "mixed_batch")
+
+# Query rows per prefill tile (kernels/csrc/api.cpp kernels_prefill) and the chunk plan()
+# starts from without a caller's max_kv_chunk (kernels/_plan.py DEFAULT_MAX_KV_CHUNK).
+TILE_ROWS = 64
+DEFAULT_CHUNK = 512
+
+
+def plan_bytes(qo_lens, kv_lens, num_qo_heads: int, head_dim_vo: int, chunk: int) -> int:
+    """The float workspace plan.cpp's schedule needs at `chunk` (0 when nothing splits)."""
+    chunks = [max(1, -(-k // chunk)) for k in kv_lens]
+    if all(c == 1 for c in chunks):
+        return 0
+    slots = sum(q * c for q, c in zip(qo_lens, chunks))
+    return slots * num_qo_heads * (head_dim_vo + 1) * 4
+
+
+def fitted_chunk(qo_lens, kv_lens, num_qo_heads: int, head_dim_vo: int, ws_bytes: int) -> int:
+    """The chunk fit_chunk picks: the first of 512, 1024, ... whose schedule fits."""
+    chunk, longest = DEFAULT_CHUNK, max([1, *kv_lens])
+    while plan_bytes(qo_lens, kv_lens, num_qo_heads, head_dim_vo, chunk) > ws_bytes \
+            and chunk < longest:
+        chunk = min(chunk * 2, longest)
+    return chunk
+
+
+def _ws_between(qo_lens, kv_lens, hq: int, dv: int) -> int:
+    """A workspace the default chunk's schedule overflows and the doubled one fits."""
+    need = plan_bytes(qo_lens, kv_lens, hq, dv, DEFAULT_CHUNK)
+    fits = plan_bytes(qo_lens, kv_lens, hq, dv, 2 * DEFAULT_CHUNK)
+    assert 0 < fits < need, (fits, need)
+    return (need + fits) // 2
+
+
+def _p(dtype, head_dim, heads, **extra) -> dict:
+    return {"dtype": dtype, "head_dim": head_dim, "num_qo_heads": heads[0],
+            "num_kv_heads": heads[1], "window_left": -1, **extra}
+
+
+def _ws_fit(dtype, head_dim, heads, qo, kv, **extra) -> dict:
+    dv = extra.get("head_dim_vo", head_dim)
+    return _p(dtype, head_dim, heads, qo_lens=qo, kv_lens=kv,
+              workspace_bytes=_ws_between(qo, kv, heads[0], dv), **extra)
+
+
+ROWS = 2 * TILE_ROWS + 22          # three tiles, the last one partial
+
+
+def _single_prefill(backend):
+    yield "tiles", _p("bf16", 64, (4, 2), qo_lens=[ROWS], kv_lens=[ROWS + 20], causal=True,
+                      return_lse=True)
+    yield "tiles_one_past", _p("fp16", 128, (2, 1), qo_lens=[TILE_ROWS + 1],
+                               kv_lens=[TILE_ROWS + 1], causal=False, return_lse=True,
+                               layout="HND")
+    yield "tiles_window", _p("fp32", 64, (4, 1), qo_lens=[ROWS + 50], kv_lens=[ROWS + 50],
+                             causal=True, window_left=37, return_lse=False)
+    yield "vo_dim_tiles", _p("fp16", 64, (4, 2), head_dim_vo=128, qo_lens=[ROWS],
+                             kv_lens=[ROWS + 7], causal=True, return_lse=True)
+
+
+def _single_decode(backend):
+    yield "vo_dim", _p("bf16", 128, (8, 2), head_dim_vo=64, qo_lens=[1], kv_lens=[300],
+                       causal=False, return_lse=True)
+    yield "vo_dim_wide", _p("fp16", 64, (4, 4), head_dim_vo=128, qo_lens=[1], kv_lens=[77],
+                            causal=False, return_lse=True, layout="HND")
+
+
+def _batch_prefill(paged: bool):
+    def pg(page_size=16, layout="NHD"):
+        return {"page_size": page_size, "layout": layout, "cache_form": "tuple"} if paged else {}
+    qo, kv = [ROWS, 3, TILE_ROWS + 6], [ROWS + 10, 30, 200]
+    yield "tiles", _p("bf16", 64, (4, 2), qo_lens=qo, kv_lens=kv, causal=True,
+                      return_lse=True, **pg())
+    yield "tiles_split", _p("fp16", 64, (4, 1), qo_lens=qo, kv_lens=kv, causal=True,
+                            return_lse=True, max_kv_chunk=48, **pg(1, "HND"))
+    yield "ws_fit_split", _ws_fit("bf16", 64, (4, 2), [TILE_ROWS + 6, 3], [1300, 40],
+                                  causal=True, return_lse=True, **pg())
+    yield "ws_fit_split_vo_dim", _ws_fit("fp16", 128, (2, 1), [9, 1], [1100, 600],
+                                         head_dim_vo=64, causal=False, return_lse=True,
+                                         **pg(16, "HND"))
+    yield "vo_dim_tiles", _p("fp32", 64, (4, 2), head_dim_vo=128, qo_lens=[ROWS, 5],
+                             kv_lens=[ROWS, 50], causal=True, return_lse=True, **pg())
+    yield "vo_dim_split", _p("bf16", 128, (8, 2), head_dim_vo=64, qo_lens=[7, 12, 1],
+                             kv_lens=[90, 33, 140], causal=True, return_lse=True,
+                             max_kv_chunk=16, **pg())
+
+
+def _paged_prefill(backend):
+    yield from _batch_prefill(paged=True)
+
+
+def _ragged_prefill(backend):
+    yield from _batch_prefill(paged=False)
+
+
+def _batch_decode(backend):
+    # ll4mi and aiter reach their own kernels only without LSE.
+    lse = backend not in ("ll4mi", "aiter")
+    yield "ws_fit_split", _ws_fit("bf16", 64, (8, 2), [1, 1, 1], [1300, 40, 700],
+                                  causal=False, return_lse=lse, page_size=16,
+                                  cache_form="tuple")
+    yield "ws_fit_split_hnd", _ws_fit("fp16", 128, (4, 4), [1, 1], [1030, 520],
+                                      causal=False, return_lse=lse, page_size=16,
+                                      layout="HND", cache_form="single")
+
+
+def _merge_state(backend):
+    for merge in ("out_of_place", "in_place"):
+        yield f"tiles_{merge}", _p("bf16", 64, (4, 2), qo_lens=[ROWS, 2], kv_lens=[300, 9],
+                                   causal=False, return_lse=True, merge=merge)
+        yield f"vo_dim_{merge}", _p("fp16", 128, (4, 1), head_dim_vo=64, qo_lens=[5, 1],
+                                    kv_lens=[40, 17], causal=False, return_lse=True,
+                                    merge=merge)
+
+
+def _mixed_batch(backend):
+    yield "prefill_tiles", _p("bf16", 64, (4, 2), qo_lens=[1, 1, ROWS, TILE_ROWS + 6],
+                              kv_lens=[40, 9, ROWS + 20, 80], causal=True, return_lse=False,
+                              page_size=16, num_decodes=2)
+    yield "prefill_tiles_window", _p("fp16", 128, (2, 1), qo_lens=[1, ROWS + 50],
+                                     kv_lens=[70, ROWS + 50], causal=True, window_left=29,
+                                     return_lse=False, page_size=1, num_decodes=1)
+
+
+_BY_OP = {
+    "single_prefill": _single_prefill, "single_decode": _single_decode,
+    "paged_prefill": _paged_prefill, "ragged_prefill": _ragged_prefill,
+    "batch_decode": _batch_decode, "merge_state": _merge_state, "mixed_batch": _mixed_batch,
+}
+
+
+def _tag(params: dict) -> str:
+    bits = [dtype_tag(params), f"b{len(params['qo_lens'])}", f"q{max(params['qo_lens'])}",
+            f"k{max(params['kv_lens'])}"]
+    if "page_size" in params:
+        bits.append(f"p{params['page_size']}")
+    if params.get("layout") == "HND":
+        bits.append("hnd")
+    if params.get("max_kv_chunk"):
+        bits.append(f"chunk{params['max_kv_chunk']}")
+    if params.get("workspace_bytes"):
+        bits.append(f"ws{params['workspace_bytes']}")
+    if params.get("return_lse"):
+        bits.append("lse")
+    return "-".join(bits)
+
+
+def cases(routes) -> Iterator[Case]:
+    for route in routes:
+        op = op_of(route)
+        if op not in _BY_OP:
+            continue
+        for variant, params in _BY_OP[op](route.split(".", 1)[0]):
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect="match", tag=_tag(params))
+            if params.get("return_lse"):
+                # Without the LSE too: a library that returns none (vLLM's CPU attention)
+                # reaches every size as well.
+                plain = {**params, "return_lse": False}
+                yield Case(route=route, family=FAMILY, variant=variant, params=plain,
+                           expect="match", tag=f"{_tag(plain)}-nolse")
