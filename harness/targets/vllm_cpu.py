@@ -76,8 +76,9 @@ CAPABILITIES = Capabilities(
     layouts=frozenset({"NHD"}),
     call_forms=frozenset({"out"}),
     # softcap, s_aux (sinks) and alibi_slopes are cpu_attention_with_kv_cache's arguments; a
-    # decode batch of several q rows per request is a varlen batch to it (query_start_loc).
-    features=frozenset({"softcap", "sinks", "alibi", "multi_token_decode"}),
+    # decode batch of several q rows per request is a varlen batch to it (query_start_loc);
+    # an fp8 cache is its kv_cache_dtype with k_scale / v_scale (AVX-512 or AMX machines).
+    features=frozenset({"softcap", "sinks", "alibi", "multi_token_decode", "fp8_kv"}),
     metadata={**{f: "cpu_attention_with_kv_cache" for f in FIELDS},
               **{f: "get_scheduler_metadata" for f in
                  ("num_qo_heads", "num_kv_heads", "head_dim_qk", "batch_size", "dtype")}},
@@ -207,6 +208,11 @@ class VllmCall(CaseCalls):
         isa = attention_isa(p.dtype, block_size, p.head_dim)
         if block_size % (32 if isa in ("vec", "amx") else 16):
             raise Skip(f"block_size {block_size}: vLLM's CPU kernels take multiples of 16")
+        if p.fp8_kv:
+            fp8_skip(p.head_dim, isa, block_size)
+        elif float(params.get("k_scale", 1.0)) != 1.0 or float(params.get("v_scale", 1.0)) != 1.0:
+            raise Skip("vLLM applies k_scale and v_scale to an fp8 cache only (kv_cache_dtype "
+                       "'auto' ignores them)")
         return block_size, window, isa
 
     def run(self, ns) -> dict:
@@ -216,17 +222,26 @@ class VllmCall(CaseCalls):
                       int(params.get("page_id_offset", 0)), self.case.seed)
         batch = perturb(batch, self.mismatch)
 
-        # The library's own cache: one tensor, its halves K and V (vLLM's allocation).
+        # The library's own cache: one tensor, its halves K and V (vLLM's allocation; an fp8
+        # cache is bytes, as vLLM allocates it).
+        # Read through params, so the case's fp8 fields count as performed (ReadParams).
+        kv_dtype = params.get("kv_dtype") or p.dtype_name
+        k_scale, v_scale = float(params.get("k_scale", 1.0)), float(params.get("v_scale", 1.0))
+        cache_dtype = kv_dtype if p.fp8_kv else "auto"
         kv = torch.zeros(batch.num_blocks, p.num_kv_heads, block_size, 2 * p.head_dim,
-                         dtype=p.dtype)
+                         dtype=torch.uint8 if p.fp8_kv else p.dtype)
         kv = kv.view(batch.num_blocks, p.num_kv_heads, 2 * block_size, p.head_dim)
         key_cache, value_cache = kv.chunk(2, dim=2)
-        key = self.views.input("k", batch.key.contiguous())
-        value = self.views.input("v", batch.value.contiguous())
+        key_in, value_in = batch.key.contiguous(), batch.value.contiguous()
+        if p.fp8_kv:
+            key_in, value_in = (writer_input(t, scale, p.dtype)
+                                for t, scale in ((key_in, k_scale), (value_in, v_scale)))
+        key = self.views.input("k", key_in)
+        value = self.views.input("v", value_in)
         slots = torch.tensor(batch.slot_mapping, dtype=torch.int64)
         self.buffers.stage("write cache")
         ns.cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slots, isa,
-                                      1.0, 1.0, "auto")
+                                      k_scale, v_scale, cache_dtype)
 
         query = self.views.input("q", batch.query)
         qsl = self.views.index("query_start_loc", batch.query_start_loc, self.device)
@@ -242,12 +257,75 @@ class VllmCall(CaseCalls):
         self.buffers.stage("plan")
         schedule = ns.get_scheduler_metadata(
             batch.num_reqs, batch.num_qo_heads, batch.num_kv_heads, batch.head_dim, seq_lens,
-            p.dtype, qsl, p.causal, window, isa, True, None, "auto")
+            p.dtype, qsl, p.causal, window, isa, True, None, cache_dtype)
         self.buffers.stage("run")
         ns.cpu_attention_with_kv_cache(
             query, key_cache, value_cache, out, qsl, seq_lens, float(scale), p.causal, slopes,
-            window, table, softcap, schedule, sinks, None, 1.0, 1.0, "auto")
+            window, table, softcap, schedule, sinks, None, k_scale, v_scale, cache_dtype)
         return {"o": out}
+
+
+def fp8_skip(head_dim: int, isa: str, block_size: int) -> None:
+    """Skip, in vLLM's own words (cpu_attn.py _get_attn_isa and the kernels' check), where its
+    CPU build takes no fp8 cache."""
+    if head_dim % 32:
+        raise Skip("FP8 KV cache requires head_size divisible by 32 on CPU (vLLM's words)")
+    if not (torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported()):
+        raise Skip("FP8 KV cache on CPU requires x86 with AVX-512 or AMX (vLLM's words); "
+                   "this machine has neither")
+    if isa not in ("vec", "amx"):
+        # vLLM's backend only plans kernel block sizes that are multiples of 32 for it.
+        raise Skip(f"FP8 KV cache is only supported on x86 (AMX_FP8/AMX/VEC) ISA (vLLM's "
+                   f"words): block_size {block_size} runs isa {isa}")
+
+
+# How far above the stored value the writer's input is put: far below half an fp8 step
+# (2^-4 of the value for e4m3, 2^-3 for e5m2), far above a reciprocal's error (2^-24).
+_NUDGE = 2.0 ** -12
+
+
+def _away_from_zero(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """exact (float64) in dtype, rounded away from zero: |result| >= |exact|."""
+    given = exact.to(dtype)
+    short = given.to(torch.float64).abs() < exact.abs()
+    if bool(short.any()):
+        ints = {2: torch.int16, 4: torch.int32}[given.element_size()]
+        bits = given.view(ints).clone()
+        bits[short] += 1                      # sign-magnitude: the next larger magnitude
+        given = bits.view(dtype)
+    return given
+
+
+def _truncated(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in an fp8 format rounded toward zero (as vLLM's CPU cache writer rounds)."""
+    near = x.to(dtype)
+    over = near.to(torch.float32).abs() > x.abs()
+    if bool(over.any()):
+        bits = near.view(torch.uint8).clone()
+        bits[over] -= 1                       # the next smaller magnitude
+        near = bits.view(dtype)
+    return near
+
+
+def writer_input(stored: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """What vLLM's cache writer is given for an fp8 cache that must hold `stored`'s bytes.
+
+    vLLM quantizes as it writes (key / k_scale into the format; measured on 0.32.0: rounded
+    toward zero, not to nearest), so it is handed the dequantized values in q's dtype, put a
+    hair above each stored value so that rounding to nearest and toward zero both give it
+    back. The harness judges by the exact stored bytes: when q's dtype cannot carry them
+    (past its range, or too coarse near zero), the case is skipped as this API cannot express
+    it, never run with other bytes than the case's."""
+    exact = stored.to(torch.float64) * scale
+    given = _away_from_zero(exact * (1 + _NUDGE), dtype)
+    back = given.to(torch.float32) / scale
+    want = stored.view(torch.uint8)
+    same = all(torch.equal(b.view(torch.uint8), want)
+               for b in (back.to(stored.dtype), _truncated(back, stored.dtype)))
+    if not same or not bool(torch.isfinite(given).all()):
+        raise Skip(f"the case's fp8 bytes do not survive a round trip through "
+                   f"{str(dtype).rpartition('.')[2]}, which vLLM's cache writer takes")
+    return given
 
 
 def route_skip(case) -> str | None:
@@ -318,7 +396,8 @@ def _standalone_parts() -> list:
             builders.every_other, builders.head_sliced, layout.Views, case_calls.CaseCalls,
             problem._cat, layout.page_ids, batch.BlockBatch, batch.build, plan_mismatch._resize,
             mismatch.perturb, mixed.decode_first, variant, package_dir, extension_path,
-            load_extension, attention_isa, sliding_window_size, VllmCall]
+            load_extension, attention_isa, sliding_window_size, fp8_skip, _away_from_zero,
+            _truncated, writer_input, VllmCall]
 
 
 def _dtype_source(table: dict) -> str:
@@ -332,8 +411,8 @@ def standalone_unsupported(case, problem) -> str | None:
         return why
     if problem.return_lse:
         return "vLLM's CPU attention returns no LSE"
-    if problem.fp8_kv or problem.custom_mask is not None:
-        return "vLLM's CPU attention takes no fp8 cache or custom mask"
+    if problem.custom_mask is not None:
+        return "vLLM's CPU attention takes no custom mask"
     try:
         VllmCall(case, problem, None).settings()
     except Skip as skip:
@@ -354,6 +433,7 @@ def standalone_call_source(case) -> str:
     fields = {"qo_lens": p.qo_lens, "kv_lens": p.kv_lens, "num_qo_heads": p.num_qo_heads,
               "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim,
               "head_dim_vo": p.head_dim_vo, "causal": p.causal, "window_left": p.window_left,
+              "dtype_name": p.dtype_name, "fp8_kv": p.fp8_kv,
               # fp32 values, exact as Python floats
               "sinks": None if p.sinks is None else [float(x) for x in p.sinks],
               "alibi_slopes": None if p.alibi_slopes is None
@@ -363,7 +443,7 @@ def standalone_call_source(case) -> str:
            "problem": fields, "harness_isa": isa}
     consts = (f"INSTALL_HINT = {INSTALL_HINT!r}\nINT_POISON = {INT_POISON!r}\n"
               f"CANARY_ELEMS = {CANARY_ELEMS!r}\nINDEX_DTYPES = {_dtype_source(INDEX_DTYPES)}\n"
-              f"DTYPES = {_dtype_source(DTYPES)}")
+              f"DTYPES = {_dtype_source(DTYPES)}\n_NUDGE = {_NUDGE!r}")
     code = "\n\n\n".join(inspect.getsource(f).rstrip() for f in _standalone_parts())
     return (_STANDALONE_HEAD + f"\nCFG = {pprint.pformat(cfg, width=96, compact=True)}\n\n"
             + consts + "\n\n" + _STANDALONE_STANDINS + "\n\n# ---- the adapter's code "
