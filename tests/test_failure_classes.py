@@ -269,3 +269,10 @@ def test_slug_is_derived_from_the_key_and_file_name_safe():
     assert one.key == two.key and one.slug == two.slug
     assert one.slug.startswith("wrong-strided.T_strideN-")
     assert all(ch.isalnum() or ch in "._-" for ch in one.slug)
+
+
+def test_a_possessive_s_is_not_a_tensor_named_s():
+    # "the adapter's" must not read as merge-state tensor `s` in a message's shape.
+    text = "the adapter never read params['k_scale'] = 0.5: every perturbation is the adapter's"
+    assert "<tensor>" not in message_shape(text)
+    assert message_shape("s is wrong at s(0)").count("<tensor>") == 2

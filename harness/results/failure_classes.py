@@ -65,7 +65,7 @@ _VARIANT_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 # In a message a name is a whole word; `out` and `s` are English too (`timed out`, `out of
 # bounds`, `30 s`), and those are left alone.
 _MESSAGE_TENSOR = re.compile(
-    rf"(?<![\w<.])(?<!timed )(?<!ran )(?<!run )(?<!runs )(?<!time )(?<!<n> )"
+    rf"(?<![\w<.'’])(?<!timed )(?<!ran )(?<!run )(?<!runs )(?<!time )(?<!<n> )"
     rf"(?:{_NAMES})(?![\w>]|\s+of\b)")
 _SUMMARY_OUTPUT = re.compile(r"(?<![\w.])(o|lse) max\|diff\|")
 _FIRST_AT = re.compile(r"\bfirst at (?:o|lse)(?![\w])")
