@@ -13,18 +13,22 @@ The script's outcome, read from what it printed and how it ended:
   hung               no end within --timeout seconds
 
 Agreement with the row (its outcome, its pass, its message):
-  match / wrong / silent / unexpected_refusal / refused
+  match / wrong / silent / unexpected_refusal / refused / corrupt
                      the same verdict word, and exit 0 exactly when the row passed (a
                      refusal that does not name its field fails on both)
   crash              the script died of the signal the row names (or exited with its code)
   heap-dependent     (not agreement) a silent or wrong row whose script died of SIGSEGV or
                      SIGBUS: an access past a buffer whose effect depends on the process's
-                     memory map, which the harness's worker and a fresh script do not share
+                     memory map, which the harness's worker and a fresh script do not share;
+                     or a crash row of one heap-overrun end (SIGSEGV, SIGBUS, SIGABRT) whose
+                     script had another or hung (a corrupted allocator spinning)
 Rows whose outcome no single run of the script can show are never counted as agreeing;
 they are listed with a named reason:
   hang               a script that never returns cannot be told from a slow one
   nondeterministic   decided over repeated attempts; a script runs the case once
-  corrupt            the harness's canary bands and input fingerprints are not in the script
+  corrupt            (only where the target's script carries no canary bands and input
+                     fingerprints: its call() defines no corruption(); the bundled
+                     target's does, so its corrupt rows must agree like any other)
   harness_error      the harness's own bug, which a script of the library's calls cannot show
   unavailable: ...   the adapter cannot write this case as a script (the reason it gives)
 """
@@ -40,7 +44,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.tools.standalone import (assert_harness_hidden, isolated_command, isolated_env,
+                                      run_isolated)
+
 REPO = Path(__file__).resolve().parents[1]
+__all__ = ["assert_harness_hidden", "isolated_command", "isolated_env", "run_script",
+           "agreement", "measure"]
 
 VERDICT = re.compile(r"^VERDICT ([a-z_]+)", re.MULTILINE)
 _SIGNAL = re.compile(r"\b(SIG[A-Z0-9]+)\b")
@@ -50,15 +59,31 @@ _EXIT = re.compile(r"\bexit(?: code| status)? (-?\d+)\b")
 NOT_REPRODUCIBLE = {
     "hang": "hang: a script that never returns cannot be told from a slow one",
     "nondeterministic": "nondeterministic: decided over repeated attempts; the script runs once",
-    "corrupt": "corrupt: the harness's canary bands and input fingerprints are not in the script",
     "harness_error": "harness_error: the harness's own bug, not the library's",
 }
+
+
+# A corrupt row whose target's script cannot see corruption (its call() defines no
+# corruption(): no canary bands, no input fingerprints), never counted as agreement.
+NO_CANARIES = ("corrupt: this target's script carries no canary bands or input fingerprints "
+               "(its call() defines no corruption()), so no run of it can show the row")
+
+
+def has_corruption_check(script: str) -> bool:
+    """Whether a standalone script checks canaries and inputs (the verdict tail calls the
+    call()'s corruption() when the adapter's source defines one)."""
+    return re.search(r"^def corruption\(", script, re.MULTILINE) is not None
 
 
 # A script that dies of a memory fault where the row ran on (silent, wrong): the library
 # reads or writes past a buffer, and whether that faults depends on what the process has
 # mapped around it, which differs between the harness's worker and a fresh script.
 HEAP_DEPENDENT = "heap-dependent"
+# The ends a heap overrun can have: a fault, glibc's abort on a corrupted chunk, or (a free
+# list overwritten into a cycle) no end at all. A crash row with one and a script with
+# another is the same overrun, not agreement.
+HEAP_SIGNALS = ("died SIGSEGV", "died SIGBUS", "died SIGABRT")
+_REPLAYED = re.compile(r"replay: [^\]]*\((SIG[A-Z0-9]+)\)")
 
 
 @dataclass
@@ -68,51 +93,11 @@ class ScriptResult:
     tail: str             # the last lines it printed, for a disagreement
 
 
-def site_dirs() -> list[str]:
-    """The interpreter's installed packages (torch, numpy, an installed library), never the
-    repository."""
-    import sysconfig
-    dirs = []
-    for key in ("purelib", "platlib"):
-        d = os.path.realpath(sysconfig.get_paths()[key])
-        if d not in dirs and not d.startswith(str(REPO) + os.sep + "harness"):
-            dirs.append(d)
-    return dirs
-
-
-def isolated_command(python: str = sys.executable) -> list[str]:
-    """A fresh interpreter the harness cannot be imported in. `-I` alone is not that here:
-    the project's editable install puts the checkout on sys.path through a .pth file,
-    which site runs. So: -S (no site, no .pth), -s, and a PYTHONPATH of site-packages alone
-    (isolated_env), from a folder outside the repository."""
-    return [python, "-S", "-s"]
-
-
-def isolated_env() -> dict:
-    """A plain environment whose PYTHONPATH is site-packages alone (not the repository)."""
-    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": tempfile.gettempdir(),
-           "PYTHONPATH": os.pathsep.join(site_dirs()), "PYTHONNOUSERSITE": "1"}
-    for key in ("LD_LIBRARY_PATH", "ROCM_PATH", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
-        if key in os.environ:
-            env[key] = os.environ[key]
-    return env
-
-
-def assert_harness_hidden(workdir: Path, python: str = sys.executable) -> None:
-    """`import harness` must fail where the scripts run (else a script could lean on it)."""
-    done = subprocess.run(isolated_command(python) + ["-c", "import harness"], cwd=workdir,
-                          env=isolated_env(), capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0 and "ModuleNotFoundError" in done.stderr, (
-        f"the harness is importable from {workdir}: the scripts would not be standalone")
-
-
 def run_script(path: Path, workdir: Path, timeout: float = 300,
                python: str = sys.executable) -> ScriptResult:
     """The script in a fresh interpreter (isolated_command) from workdir, outside the repo."""
     try:
-        done = subprocess.run(isolated_command(python) + [str(path)], cwd=workdir,
-                              env=isolated_env(),
-                              capture_output=True, text=True, timeout=timeout)
+        done = run_isolated(path, workdir, timeout, python)
     except subprocess.TimeoutExpired:
         return ScriptResult("hung", None, f"no end after {timeout:g} s")
     text = (done.stdout + done.stderr).strip().splitlines()
@@ -145,8 +130,18 @@ def agreement(row: dict, result: ScriptResult) -> tuple[bool, str]:
         want = expected_crash(str(row.get("message") or ""))
         if want is None:
             return False, f"the crash row names no signal or exit status: {row.get('message')!r}"
-        return result.outcome == want, "" if result.outcome == want else \
-            f"the row died of {want.split(' ', 1)[1]}, the script: {result.outcome}"
+        if result.outcome == want:
+            return True, ""
+        if want in HEAP_SIGNALS and (result.outcome in HEAP_SIGNALS or result.outcome == "hung"):
+            replayed = _REPLAYED.search(str(row.get("message") or ""))
+            return False, (f"{HEAP_DEPENDENT}: the row died of {want.split()[1]} and the script "
+                           f"{'hung' if result.outcome == 'hung' else 'died of ' + result.outcome.split()[1]}"
+                           ": a write past a heap buffer, whose end (glibc's abort, a fault, a "
+                           "corrupted allocator spinning) depends on the process's heap"
+                           + (f"; the harness's own replay ended {replayed.group(1)}"
+                              if replayed and f"({replayed.group(1)})" != f"({want.split()[1]})"
+                              else ""))
+        return False, f"the row died of {want.split(' ', 1)[1]}, the script: {result.outcome}"
     passed = bool(row.get("pass"))
     if result.outcome in ("died SIGSEGV", "died SIGBUS") and outcome in ("silent", "wrong"):
         return False, (f"{HEAP_DEPENDENT}: the row's run read past its buffers into memory it "
@@ -207,6 +202,9 @@ def measure(results, limit: int | None = None, timeout: float = 300,
             write_standalone(case, targets[spec], row, path, guards)
         except Unavailable as why:
             line["reason"] = f"unavailable: {why}"
+            continue
+        if row.get("outcome") == "corrupt" and not has_corruption_check(path.read_text()):
+            line["reason"] = NO_CANARIES
             continue
         result = run_script(path, work, timeout)
         line["script"] = result.outcome

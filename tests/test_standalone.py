@@ -1,12 +1,12 @@
 """`harness repro CASE --standalone`: the script reproduces the row with torch and the library
-alone, in an interpreter where the harness cannot be imported (`python -I`, run elsewhere)."""
+alone, in an interpreter where the harness cannot be imported (harness/tools/standalone.py
+isolated_command: `python -I` is not that here, the editable install's .pth puts the checkout
+on sys.path; run from a folder outside the repository)."""
 from __future__ import annotations
 
 import argparse
 import ast
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,8 @@ import torch
 from harness.engine import child
 from harness.model.case import Case
 from harness.targets.base import Target
-from harness.tools.standalone import (Unavailable, decode_tensor, encode_tensor, script_text,
+from harness.tools.standalone import (Unavailable, assert_harness_hidden, decode_tensor,
+                                      encode_tensor, run_isolated, script_text,
                                       write_standalone)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,12 +47,11 @@ def _case(target: str, case_id: str) -> Case:
     return next(c for c in all_cases(load_target(target)) if c.id == case_id)
 
 
-def _run_isolated(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    # -I: no PYTHONPATH, no script folder, no user site; cwd elsewhere: the checkout (and so
-    # the harness) is not importable unless the script itself puts the library's folder there.
-    return subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300, env={"PATH": "/usr/bin:/bin",
-                                                          "OMP_NUM_THREADS": "1"})
+def _run_isolated(path: Path, tmp_path: Path, **env):
+    # No site (so no editable-install .pth), site-packages alone on the path, cwd outside the
+    # checkout: the harness is not importable unless the script puts the library's folder there.
+    assert_harness_hidden(tmp_path)
+    return run_isolated(path, tmp_path, timeout=300, **env)
 
 
 @pytest.mark.parametrize("target,guards,case_id,outcome", SAMPLE,
@@ -85,9 +85,7 @@ def test_the_guards_env_is_only_a_default(tmp_path):
     case_id = "fa2.single_prefill/gqa.q12_over_kv8/bf16-d128-h12x8"
     row = {"outcome": "silent", "pass": False, "message": "ran without error"}
     path = write_standalone(_case("bundled", case_id), "bundled", row, tmp_path / "r.py", "all")
-    done = subprocess.run([sys.executable, "-I", str(path)], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300,
-                          env={"PATH": "/usr/bin:/bin", "KERNELS_DISABLE_GUARDS": ""})
+    done = _run_isolated(path, tmp_path, KERNELS_DISABLE_GUARDS="")
     assert done.returncode == 0 and "VERDICT refused" in done.stdout, done.stdout + done.stderr
 
 
@@ -117,10 +115,31 @@ def test_a_target_without_standalone_source_says_so(tmp_path):
 
 
 def test_a_case_the_adapter_cannot_write_names_why():
+    from dataclasses import replace
     from harness.targets import load_target
-    case = next(c for c in load_target("bundled").cases(["misplanned"]) if c.params.get("mismatch"))
-    with pytest.raises(Unavailable, match="mis-planned"):
+    case = replace(_case("bundled", "fa2.single_prefill/gqa.q6_over_kv3/bf16-d128-h6x3"),
+                   route="nope.single_prefill")
+    with pytest.raises(Unavailable, match="no route 'nope.single_prefill'"):
         script_text(case, load_target("bundled"), {"outcome": "silent"}, "harness repro x")
+
+
+def test_every_bundled_case_gets_a_script():
+    """Mis-planned runs, multi-call scenarios, features, merge and mixed batches included:
+    the script's call() is the adapter's own code (the plan_run core, pasted)."""
+    from harness.targets import load_target
+    from harness.targets.bundled import standalone_call_source, standalone_unsupported
+    target = load_target("bundled")
+    from harness.engine.session import all_cases
+    by_family = {}
+    for c in all_cases(target):
+        assert standalone_unsupported(c) is None, c.id
+        by_family.setdefault((c.family, c.op, bool(c.params.get("scenario"))), c)
+    for c in by_family.values():
+        text = standalone_call_source(c)
+        ast.parse(text)
+        assert "import harness" not in text and "from harness" not in text.replace(
+            "# from harness", ""), c.id
+    assert "def perturb(c, q" in text and "class Buffers:" in text and "def run_scenario(" in text
 
 
 def _args(**over) -> argparse.Namespace:
@@ -143,13 +162,14 @@ def test_repro_standalone_writes_the_script_and_keeps_the_exit_code(tmp_path, ca
     assert cmd_repro(miss) == 4
 
 
-def test_repro_standalone_on_an_unwritable_case_is_one_line_exit_2(tmp_path, capsys):
-    from harness.targets import load_target
+def test_repro_standalone_on_an_unwritable_case_is_one_line_exit_2(tmp_path, capsys,
+                                                                   monkeypatch):
+    from harness.tools import standalone
     from harness.tools.repro import cmd_repro
-    case = next(c for c in load_target("bundled").cases(["misplanned"]) if c.params.get("mismatch"))
-    assert cmd_repro(_args(case_id=case.id, output=str(tmp_path / "x.py"))) == 2
+    monkeypatch.setattr(standalone, "MAX_INPUT_BYTES", 1024)     # every case is too large
+    assert cmd_repro(_args(output=str(tmp_path / "x.py"))) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("repro: target 'bundled' cannot write") and "mis-planned" in err[-1]
+    assert err[-1].startswith("repro: fa2.paged_prefill/") and "too large to embed" in err[-1]
     assert not (tmp_path / "x.py").exists()
 
 

@@ -4,21 +4,27 @@ repository, without the editable install's .pth: benchmarks/repro_agreement.py),
 whole table is benchmarks/repro_agreement.py; this is its small, deterministic sample."""
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-from benchmarks.repro_agreement import (ScriptResult, agreement, assert_harness_hidden,
-                                        isolated_command, isolated_env, run_script)
+from benchmarks.repro_agreement import ScriptResult, agreement, run_script
 from harness.engine import child
 from harness.engine.session import all_cases
 from harness.targets import load_target
-from harness.tools.standalone import write_standalone
+from harness.tools.standalone import assert_harness_hidden, run_isolated, write_standalone
 
 # (target, disabled guards, example case, its row's outcome on the host)
 BUNDLED_OFF = [
     ("fa2.ragged_prefill/strided.q_stride2/fp16-d64-h4x2", "wrong"),
     ("fa2.single_prefill/gqa.q4_over_kv8/bf16-d128-h4x8", "crash"),     # SIGFPE
+]
+# Guards-off classes whose scripts the adapter's pasted core writes: a mis-planned run (run()'s
+# q has other heads than plan() was told), a feature (a sinks vector one too long) and a
+# corrupt row (a run with fewer q rows than planned writes the planned rows into out's canary
+# band: the script carries the harness's Buffers, so it sees the same canaries change).
+BUNDLED_OFF_CORE = [
+    ("fa2.paged_prefill/misplanned.num_qo_heads/bf16-d128-h8x2-p16", "silent"),
+    ("fa2.batch_decode/features.refuse.sinks_too_long/fp16-d64-h8x2", "silent"),
+    ("fa2.paged_prefill/misplanned.q_rows_fewer/bf16-d128-h8x2-p16-nolse", "corrupt"),
 ]
 SDPA = [("sdpa_math.single_prefill/gqa.q12_over_kv8/bf16-d128-h12x8", "refused")]
 VLLM = [("vllm.mixed_batch/edge_rows.batch/fp16-d64-h4x2-b8-p16", "wrong")]
@@ -69,11 +75,18 @@ def test_bundled_guards_off_classes_reproduce(outside):
     # The test can fail: the wrong class's script with the guards back on is the fix (a
     # refusal, exit 0), which agreement() rejects for the defective row.
     cid, row, path, _ = done[0]
-    fixed = subprocess.run(isolated_command() + [str(path)], cwd=outside, capture_output=True,
-                           text=True, timeout=240,
-                           env={**isolated_env(), "KERNELS_DISABLE_GUARDS": ""})
+    fixed = run_isolated(path, outside, timeout=240, KERNELS_DISABLE_GUARDS="")
     assert fixed.returncode == 0 and "VERDICT refused" in fixed.stdout, fixed.stdout
     assert not agreement(row, ScriptResult("refused", 0, fixed.stdout))[0]
+
+
+def test_bundled_misplanned_feature_and_corrupt_classes_reproduce(outside):
+    done = list(_agree("bundled", "all", BUNDLED_OFF_CORE, outside))
+    assert [r.outcome for _, _, _, r in done] == ["silent", "silent", "corrupt"]
+    text = done[0][2].read_text()
+    # The mis-planned run is the adapter's own perturbation, and the canaries its Buffers.
+    assert "def perturb(c, q" in text and "class Buffers:" in text
+    assert "canary after out" in done[2][3].tail
 
 
 def test_torch_sdpa_class_reproduces(outside):

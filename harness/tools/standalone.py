@@ -26,17 +26,12 @@ MAX_INPUT_BYTES = 64 << 20
 _PLAIN_IMPORTS = {"torch", "numpy", "math", "os", "sys", "zlib", "base64", "re", "warnings"}
 
 
+# What the targets' standalone_source writes with (their layer may not import this one).
+from harness.targets.standalone_paste import encode_tensor, paste_source  # noqa: E402,F401
+
+
 class Unavailable(Exception):
     """This case cannot be written as a standalone script (the message says why)."""
-
-
-def encode_tensor(t) -> dict:
-    """A CPU tensor as {dtype, shape, data}: its raw bytes, zlib-compressed, base64."""
-    import torch
-    t = t.detach().to("cpu").contiguous()
-    raw = t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-    return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
-            "data": base64.b64encode(zlib.compress(raw, 9)).decode("ascii")}
 
 
 def decode_tensor(spec: dict):
@@ -209,8 +204,9 @@ def _reference_source() -> str:
     from harness.model import reference
     parts = [f"_LOGITS_BUDGET = {reference._LOGITS_BUDGET!r}"]
     parts += [inspect.getsource(f).rstrip() for f in
-              (reference.NoReference, reference.kv_head_map, reference.visible_mask,
-               reference._one_request)]
+              (reference.NoReference, reference.compute_dtype, reference.kv_head_map,
+               reference.visible_mask, reference._one_request, reference._features,
+               reference._attention, reference.attention_reference)]
     return "\n\n\n".join(parts)
 
 
@@ -230,6 +226,69 @@ def write_standalone(case, target_spec, row: dict, path, disable_guards: str | N
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+# ------------------------------------------------------------------ running a script as its reader would
+#
+# A fresh interpreter the harness cannot be imported in. `python -I` alone is not that here:
+# the project's editable install puts the checkout on sys.path through a .pth file, which
+# site runs. So: -S (no site, no .pth), -s, and a PYTHONPATH of site-packages alone, from a
+# folder outside the repository. tests/test_standalone*.py and benchmarks/repro_agreement.py
+# all run scripts through these.
+
+def _repo_root() -> str:
+    return os.path.realpath(Path(__file__).resolve().parents[2])
+
+
+def site_dirs() -> list[str]:
+    """The interpreter's installed packages (torch, numpy, an installed library), never the
+    repository."""
+    repo = _repo_root()
+    dirs = []
+    for key in ("purelib", "platlib"):
+        d = os.path.realpath(sysconfig.get_paths()[key])
+        if d not in dirs and d != repo and not d.startswith(repo + os.sep + "harness"):
+            dirs.append(d)
+    return dirs
+
+
+def isolated_command(python: str = sys.executable) -> list[str]:
+    """The interpreter to run a script with (isolated_env's environment, a folder outside
+    the repository as its cwd): no site, no user site, so no editable-install .pth."""
+    return [python, "-S", "-s"]
+
+
+def isolated_env(**extra: str) -> dict:
+    """A plain environment whose PYTHONPATH is site-packages alone (not the repository);
+    extra: variables to add (KERNELS_DISABLE_GUARDS="" to turn the guards back on)."""
+    import tempfile
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": tempfile.gettempdir(),
+           "PYTHONPATH": os.pathsep.join(site_dirs()), "PYTHONNOUSERSITE": "1"}
+    for key in ("LD_LIBRARY_PATH", "ROCM_PATH", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    env.update(extra)
+    return env
+
+
+def assert_harness_hidden(workdir, python: str = sys.executable) -> None:
+    """`import harness` must fail where the scripts run (else a script could lean on it)."""
+    import subprocess
+    workdir = Path(workdir)
+    assert not os.path.realpath(workdir).startswith(_repo_root() + os.sep), \
+        f"{workdir} is inside the repository: scripts must run outside it"
+    done = subprocess.run(isolated_command(python) + ["-c", "import harness"], cwd=workdir,
+                          env=isolated_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "ModuleNotFoundError" in done.stderr, (
+        f"the harness is importable from {workdir}: the scripts would not be standalone")
+
+
+def run_isolated(path, workdir, timeout: float = 300, python: str = sys.executable, **env):
+    """subprocess.run of the script at `path` in isolated_command/isolated_env from workdir."""
+    import subprocess
+    return subprocess.run(isolated_command(python) + [str(path)], cwd=workdir,
+                          env=isolated_env(**env), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def plain_row(row: dict) -> dict:
@@ -407,7 +466,21 @@ def where(name, first):
     return f", first at {name}[{', '.join(map(str, first))}] (row, head, dim)"
 
 
+def corrupted():
+    """Whether the call wrote outside its outputs or into its inputs, as the harness checks
+    it (its canary bands and input fingerprints: the adapter's corruption(), where the
+    script's call() has one); prints the verdict when it did."""
+    found = globals()["corruption"]() if "corruption" in globals() else []
+    if found:
+        print(f"VERDICT corrupt: {'; '.join(found)}")
+    return bool(found)
+
+
 def main():
+    # As the harness's worker runs every case: a fatal signal prints where the library was
+    # (and the process still dies of that signal, as the row's did).
+    import faulthandler
+    faulthandler.enable()
     print(f"case {CASE_ID} ({EXPECT}); torch {torch.__version__} on {DEVICE}")
     inputs = {name: [decode(t).to(DEVICE) for t in INPUTS[name]] for name in ("q", "k", "v")}
     try:
@@ -416,6 +489,8 @@ def main():
             torch.cuda.synchronize()
     except Exception as error:  # a refusal: the library raised something a caller can catch
         text = f"{type(error).__name__}: {error}"
+        if corrupted():
+            return 1
         if EXPECT == "match":
             print(f"VERDICT unexpected_refusal: a valid input was refused: {text}")
             return 1
@@ -425,6 +500,8 @@ def main():
             return 1
         print(f"VERDICT refused (the contract allows it): {text}")
         return 0
+    if corrupted():
+        return 1
     ref = reference(inputs["q"], inputs["k"], inputs["v"]) if TOLERANCE["o"] is not None else None
     results = judged(got, ref) if ref is not None else []
     detail = "; ".join(f"{n} max|diff| {m:.3g} (tol {t:.3g}), {w}/{tot} wrong{where(n, f)}"
