@@ -425,6 +425,7 @@ def standalone_call_source(case) -> str:
     import pprint
     from harness.model.builders import CANARY_ELEMS, INT_POISON
     from harness.model.problem import DTYPES, build_problem
+    from harness.targets.block_table import mismatch as block_mismatch
     from harness.targets.layout import INDEX_DTYPES
     p = build_problem(case.params, case.seed, "cpu")
     why = standalone_unsupported(case, p)
@@ -443,7 +444,8 @@ def standalone_call_source(case) -> str:
            "problem": fields, "harness_isa": isa}
     consts = (f"INSTALL_HINT = {INSTALL_HINT!r}\nINT_POISON = {INT_POISON!r}\n"
               f"CANARY_ELEMS = {CANARY_ELEMS!r}\nINDEX_DTYPES = {_dtype_source(INDEX_DTYPES)}\n"
-              f"DTYPES = {_dtype_source(DTYPES)}\n_NUDGE = {_NUDGE!r}")
+              f"DTYPES = {_dtype_source(DTYPES)}\n_NUDGE = {_NUDGE!r}\n"
+              f"APART = {block_mismatch.APART!r}")
     code = "\n\n\n".join(inspect.getsource(f).rstrip() for f in _standalone_parts())
     return (_STANDALONE_HEAD + f"\nCFG = {pprint.pformat(cfg, width=96, compact=True)}\n\n"
             + consts + "\n\n" + _STANDALONE_STANDINS + "\n\n# ---- the adapter's code "
