@@ -15,10 +15,13 @@ express it:
                   unsplit, split-KV, in CUDA-graph mode, with run(partial_state=) and
                   with window_left 0
   all_empty       a batch in which every request has kv_len 0 (mixed_batch: every decode)
+  batch_split_nolse  the batch split-KV without the LSE: masked rows merged with no lse out
+  no_rows_split   a split batch whose requests all have qo_len 0 (kv but no rows to merge)
 
 merge_state splits each request's kv in two non-empty halves and takes no
 mask, so it gets a qo_len 0 request and single-token queries over the
-shortest splittable kv (2); and each of its two input states empty on its own
+shortest splittable kv (2), a merge over no rows at all (every request qo_len 0); and each
+of its two input states empty on its own
 (merge_empty a / b: that state is over no key, o 0 and LSE -inf, the other over
 the whole kv, single-key requests included), and both empty (a kv_len 0 request
 among them). mixed_batch gets empty decodes (vLLM pads a graph batch with
@@ -95,8 +98,14 @@ def _batch_prefill(paged: bool):
                         cache_form=("tuple", "single", "tuple")[i])
         for variant, extra in BATCH_FORMS:
             yield variant, {**base, **extra}
+        # Split without the LSE: a fully masked row's merge has no lse to write.
+        yield "batch_split_nolse", {**base, "max_kv_chunk": 4, "return_lse": False}
         yield "batch_window0", {**base, "window_left": 0}
         yield "all_empty", {**base, "kv_lens": [0] * len(BATCH_KV)}
+        if i == 0:
+            # No query rows at all, split: work items over every kv chunk and no row to merge.
+            yield "no_rows_split", {**base, "qo_lens": [0] * 3, "kv_lens": [4, 9, 20],
+                                    "max_kv_chunk": 4}
         if paged:
             yield "batch_partial", {**base, "max_kv_chunk": 4, "partial_state": True}
             yield "batch_partial_unsplit", {**base, "partial_state": True}
@@ -119,6 +128,8 @@ def _batch_decode(backend):
                        layout=("NHD", "HND", "NHD")[i], cache_form=("tuple", "single", "tuple")[i])
         for variant, extra in BATCH_FORMS:
             yield variant, {**base, **extra}
+        if lse:
+            yield "batch_split_nolse", {**base, "max_kv_chunk": 4, "return_lse": False}
         yield "all_empty", {**base, "kv_lens": [0] * len(DECODE_KV)}
 
 
@@ -133,6 +144,9 @@ def _merge_state(backend):
                 yield f"state_{side}_empty_{merge}", _params(
                     i, (64, 128, 32)[i], qo_lens=[3, 2, 1, 4], kv_lens=[4, 1, 7, 30],
                     causal=False, return_lse=True, merge=merge, merge_empty=side)
+            # No rows at all: every request qo_len 0, a merge over zero rows.
+            yield f"no_rows_{merge}", _params(i, (64, 128, 32)[i], qo_lens=[0, 0], kv_lens=[4, 9],
+                                             causal=False, return_lse=True, merge=merge)
             # Both empty: requests of kv_len 0 between ordinary ones.
             yield f"states_both_empty_{merge}", _params(
                 i, (64, 128, 32)[i], qo_lens=[2, 3, 1], kv_lens=[0, 9, 0], causal=False,

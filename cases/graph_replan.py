@@ -20,7 +20,11 @@ Contracts:
     graph is fixed to its batch: match_or_refuse;
   - a re-plan that needs a larger batch, more q rows or more page indices
     than the first plan fixed: there is nowhere to put them (a replay past
-    the capacity), so `refuse`, naming the field.
+    the capacity), so `refuse`, naming the field;
+  - a re-plan of the same batch whose kv splits into more work items than the
+    first plan fixed (the same pages, a finer max_kv_chunk than the pages): the
+    planner coarsens the chunk until the items fit the fixed grid (kernels_plan's
+    work_limit loop), so `match` (kv_outgrows_work).
 
 Scenario: params["scenario"] = "graph_replan" (harness/targets/plan_run/replan_scenarios.py);
 params["capacity"] is the first plan's batch. Where the device has graphs
@@ -65,7 +69,31 @@ ROWS = (
 )
 
 
+# The same batch, rows and pages; max_kv_chunk 8 under 16-token pages: the first plan fixes
+# 6 + 9 = 15 work items, the re-plan's kv (48, 80) needs 6 + 10 = 16 at chunk 8, so the
+# planner doubles the chunk (3 + 5 items). No prefix state: the paged tail is the whole kv.
+# (variant, qo, kv, capacity qo, kv, chunk, prefix_tokens)
+REPLAN_CHUNK = (
+    ("kv_outgrows_work", [4, 4], [48, 80], [4, 4], [45, 70], 8, 0),
+)
+
+
 def cases(routes) -> Iterator[Case]:
+    yield from _rows(routes)
+    for route in routes:
+        if op_of(route) not in OPS:
+            continue
+        for variant, qo, kv, cap_qo, cap_kv, chunk, prefix in REPLAN_CHUNK:
+            params = {**_BASE, "qo_lens": qo, "kv_lens": kv, "return_lse": True,
+                      "max_kv_chunk": chunk, "capacity": {"qo_lens": cap_qo, "kv_lens": cap_kv},
+                      "prefix_tokens": prefix}
+            tag = f"bf16-d64-h4x2-p16-chunk{chunk}-r{sum(cap_qo)}to{sum(qo)}"
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect="match", tag=tag,
+                       requires=REQUIRES + (("partial_state",) if prefix else ()))
+
+
+def _rows(routes) -> Iterator[Case]:
     for route in routes:
         if op_of(route) not in OPS:
             continue

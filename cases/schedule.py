@@ -17,6 +17,12 @@ another path, so a kernel that only ever saw one side of it would pass everythin
                       and ragged prefill, merge_state's states); batch decode and the mixed
                       batch plan one head_dim for k and v (their adapters skip it)
 
+  mask_graph          a custom mask in CUDA-graph mode: staged into the plan's one fixed
+                      buffer, over a schedule that always splits
+  refuse.max_kv_chunk_*  a caller's max_kv_chunk of 0 or below: no split has that chunk, so
+                      plan() must refuse it, naming max_kv_chunk and the value (the bundled
+                      guard max_kv_chunk_positive; kernels_plan would otherwise see it)
+
 Each case that asks for the LSE is also run without it (tag -nolse), so a library that
 returns none gets every size. All stay small enough for the host ("ci"): a few hundred rows
 and keys at most.
@@ -121,6 +127,10 @@ def _batch_prefill(paged: bool):
 
 def _paged_prefill(backend):
     yield from _batch_prefill(paged=True)
+    # A CUDA-graph plan (always split) stages the custom mask into its one fixed buffer.
+    yield "mask_graph", _p("fp32", 64, (4, 2), qo_lens=[5, 17, 1], kv_lens=[20, 40, 33],
+                           causal=False, custom_mask="random", use_cuda_graph=True,
+                           return_lse=True, page_size=16, cache_form="tuple")
 
 
 def _ragged_prefill(backend):
@@ -179,17 +189,41 @@ def _tag(params: dict) -> str:
     return "-".join(bits)
 
 
+# Caller chunks no split has: (variant, max_kv_chunk) on every route a caller splits.
+BAD_CHUNKS = (("max_kv_chunk_zero", 0), ("max_kv_chunk_negative", -16))
+SPLIT_OPS = ("paged_prefill", "ragged_prefill", "batch_decode")
+
+
+def _bad_chunk(op: str, chunk: int) -> dict:
+    extra = {"page_size": 16, "cache_form": "tuple"} if op != "ragged_prefill" else {}
+    qo = [1, 1] if op == "batch_decode" else [5, 3]
+    return _p("bf16", 64, (4, 2), qo_lens=qo, kv_lens=[40, 21], causal=op != "batch_decode",
+              return_lse=False, max_kv_chunk=chunk, **extra)
+
+
 def cases(routes) -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
         if op not in _BY_OP:
             continue
+        if op in SPLIT_OPS:
+            for variant, chunk in BAD_CHUNKS:
+                params = _bad_chunk(op, chunk)
+                yield Case(route=route, family=FAMILY, variant=f"refuse.{variant}", params=params,
+                           expect="refuse", refuse_words=("max_kv_chunk", str(abs(chunk))),
+                           tag=_tag(params), requires=("split_control",))
         for variant, params in _BY_OP[op](route.split(".", 1)[0]):
+            needs = _requires(params)
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect="match", tag=_tag(params))
+                       expect="match", tag=_tag(params), requires=needs)
             if params.get("return_lse"):
                 # Without the LSE too: a library that returns none (vLLM's CPU attention)
                 # reaches every size as well.
                 plain = {**params, "return_lse": False}
                 yield Case(route=route, family=FAMILY, variant=variant, params=plain,
-                           expect="match", tag=f"{_tag(plain)}-nolse")
+                           expect="match", tag=f"{_tag(plain)}-nolse", requires=needs)
+
+
+def _requires(params: dict) -> tuple[str, ...]:
+    return (("custom_mask",) if params.get("custom_mask") else ()) + \
+        (("plan_run", "graphs") if params.get("use_cuda_graph") else ())

@@ -17,6 +17,28 @@ splits, run(partial_state=)), both merges and every decode backend. Decode
 backends get what reaches their own kernel: ll4mi runs without LSE at head
 dims it serves, aiter without LSE (its kernel) and with LSE (its fa2 shadow
 plan, split).
+
+Non-finite and subnormal edges (EDGES below, not crossed with every dtype): the value
+conversions of kernels/csrc/dtype.h on inputs and outputs, each where its answer is IEEE's
+and so the fp64 reference's, exactly (compare.py demands inf for inf and NaN for NaN):
+
+  nonfinite_v   the first key's v +inf (dim 0) and NaN (dim 1): every row sees it (the
+                first key is in every causal row), so o is inf and NaN there; fp16 and
+                bf16 in and out, an fp8 cache's NaN encoding (E4M3FN 0x7f; E5M2's through
+                the fp16 path). Not a masked key: the reference's P @ V carries a masked
+                key's non-finite v in as 0 * inf = NaN, which a kernel that skips the key
+                does not, so such a case would have no agreed answer
+  nan_k         the last key's k NaN: a NaN logit, so a NaN LSE and output in the rows that
+                see it (every causal row but the last finite), unsplit, split-KV, a graph
+                plan whose one-chunk rows merge a single NaN partial, a window whose rows
+                see the last chunk only, the ll4mi decode kernel, and merge_state's NaN
+                state beside an empty one
+  subnormal_v   fp16 v deep in the subnormals with v_scale 0.5 and window_left 0 (each row
+                one key): outputs v / 2 exactly, half of them rounding ties
+
+An fp16 output of 65520 or more (finite, rounding to inf) needs v_scale > 1 over
+|v| near fp16's max; the fp64 reference stays finite there, so compare.py would call the
+correct inf wrong: no case sends it (see the comment in dtype.h).
 """
 from __future__ import annotations
 
@@ -31,6 +53,8 @@ OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
        "batch_decode", "merge_state", "mixed_batch")
 
 KINDS = ("normal", "large_logits", "outlier", "ties", "tiny")
+# The non-finite and subnormal kinds: EDGES, on the routes and dtypes that reach their paths.
+EDGE_KINDS = ("nonfinite_v", "nan_k", "subnormal_v")
 DTYPES = ("fp16", "bf16", "fp32")
 # (num_qo_heads, num_kv_heads) by dtype index: GQA 1, 4 and 4 over two kv heads.
 HEADS = ((2, 2), (4, 1), (8, 2))
@@ -132,14 +156,88 @@ _BY_OP = {
 def requires(params: dict) -> tuple[str, ...]:
     """The target features (harness/model/capabilities.py) a case cannot be expressed without. A
     chosen split (max_kv_chunk) is not one: a target that plans its own split still owes the
-    same answer."""
-    return tuple(feature for feature, key in (("graphs", "use_cuda_graph"),
-                                              ("partial_state", "partial_state"))
-                 if params.get(key))
+    same answer. An fp8 cache or a k/v scale needs fp8_kv."""
+    needs = [feature for feature, key in (("graphs", "use_cuda_graph"),
+                                          ("partial_state", "partial_state"))
+             if params.get(key)]
+    if params.get("kv_dtype") or "k_scale" in params or "v_scale" in params:
+        needs.append("fp8_kv")
+    return tuple(needs)
+
+
+# ---------------------------------------------------------------- non-finite / subnormal edges
+#
+# Square causal requests (qo_len == kv_len): row i sees keys 0..i, so the first key (the
+# nonfinite_v key) is in every row and the last key (nan_k's) is hidden from every row but
+# the last.
+
+def _edge(kind: str, dtype: str, head_dim: int, **extra) -> dict:
+    hq, hkv = {"fp16": (4, 2), "bf16": (2, 2), "fp32": (8, 2)}[dtype]
+    return {"values": kind, "dtype": dtype, "head_dim": head_dim, "num_qo_heads": hq,
+            "num_kv_heads": hkv, "window_left": -1, **extra}
+
+
+def _edges(op: str, backend: str) -> Iterator[tuple[str, dict]]:
+    """(variant suffix, params) of every EDGES case of one op."""
+    nonfinite = [("fp16", 64), ("bf16", 128)]
+    if op in ("single_prefill", "paged_prefill", "ragged_prefill", "mixed_batch"):
+        paged = {"page_size": 16} if op in ("paged_prefill", "mixed_batch") else {}
+        if op == "single_prefill":
+            shape = dict(qo_lens=[40], kv_lens=[40], causal=True, return_lse=True)
+        elif op == "mixed_batch":
+            shape = dict(qo_lens=[1, 1, 24, 9], kv_lens=[30, 7, 24, 9], causal=True,
+                         return_lse=False, num_decodes=2)
+        else:
+            shape = dict(qo_lens=[24, 9, 1], kv_lens=[24, 9, 40], causal=True, return_lse=True)
+        for dtype, d in nonfinite:
+            yield dtype, _edge("nonfinite_v", dtype, d, **shape, **paged)
+        for dtype, d in (("fp16", 128), ("fp32", 64)):
+            yield dtype, _edge("nan_k", dtype, d, **shape, **paged)
+        if op in ("paged_prefill", "ragged_prefill"):
+            # Split: the NaN partial beside finite ones; graph: every row one chunk (a single
+            # NaN partial) merged; a window: the last rows see the last chunk only.
+            yield "split", _edge("nan_k", "bf16", 64, **shape, **paged, max_kv_chunk=8)
+            yield "graph", _edge("nan_k", "fp16", 64, **shape, **paged, max_kv_chunk=64,
+                                 use_cuda_graph=True)
+            yield "window_split", _edge("nan_k", "bf16", 64, **shape, **paged, window_left=3,
+                                        max_kv_chunk=8)
+            yield "split", _edge("nonfinite_v", "fp16", 64, **shape, **paged, max_kv_chunk=8)
+        if op == "paged_prefill":
+            for fmt in ("fp8_e4m3", "fp8_e5m2"):
+                yield fmt, _edge("nonfinite_v", "bf16", 64, **shape, **paged, kv_dtype=fmt)
+            yield "fp8_e4m3", _edge("nan_k", "fp16", 64, **shape, **paged, kv_dtype="fp8_e4m3")
+            # window 0: each row's one key, o = v * 0.5 exactly: fp16 subnormal ties.
+            yield "ties", _edge("subnormal_v", "fp16", 64, **shape, **paged, window_left=0,
+                                v_scale=0.5)
+    elif op == "merge_state":
+        # State a over the whole kv (its last key's NaN logit: a NaN state), b empty (-inf):
+        # the merge must keep the NaN, not take the empty side's -inf as the larger.
+        for merge in ("out_of_place", "in_place"):
+            yield merge, _edge("nan_k", "fp16", 64, qo_lens=[3, 1], kv_lens=[9, 4], causal=False,
+                               return_lse=True, merge=merge, merge_empty="b")
+    elif op in ("single_decode", "batch_decode"):
+        # ll4mi and aiter reach their own kernels only without the LSE.
+        lse = backend not in ("ll4mi", "aiter")
+        if op == "single_decode":
+            shape = dict(qo_lens=[1], kv_lens=[37], causal=False, return_lse=True)
+        else:
+            shape = dict(qo_lens=[1, 1, 1], kv_lens=[30, 1, 77], causal=False, return_lse=lse,
+                         page_size=16)
+        for dtype, d in nonfinite:
+            yield dtype, _edge("nonfinite_v", dtype, d, **shape)
+        yield "fp16", _edge("nan_k", "fp16", 128, **shape)
+        if op == "batch_decode":
+            yield "fp8_e4m3", _edge("nan_k", "bf16", 64, **shape, kv_dtype="fp8_e4m3")
+            yield "fp8_e4m3", _edge("nonfinite_v", "fp16", 128, **shape, kv_dtype="fp8_e4m3")
+            if backend in ("fa2", "fa2_tc"):
+                yield "graph", _edge("nan_k", "fp16", 64, **shape, max_kv_chunk=64,
+                                     use_cuda_graph=True)
 
 
 def _variant(params: dict) -> str:
     bits = [params["values"]]
+    if params.get("kv_dtype"):
+        bits.append(params["kv_dtype"].replace("fp8_", ""))
     if params.get("use_cuda_graph"):
         bits.append("graph")
     if params.get("partial_state"):
@@ -163,3 +261,15 @@ def cases(routes, profile: str = "ci") -> Iterator[Case]:
                         yield Case(route=route, family=FAMILY, variant=_variant(params),
                                    params=form, expect="match", tag=form_tag,
                                    requires=requires(params))
+        for _, params in _edges(op, backend):
+            tag = "-".join([dtype_tag(params), *_bits(params)])
+            for form, form_tag in forms(params, tag, profile == "full"):
+                yield Case(route=route, family=FAMILY, variant=_variant(params), params=form,
+                           expect="match", tag=form_tag, requires=requires(params))
+            if profile != "full" and params.get("return_lse") and not params.get("use_cuda_graph"):
+                # Without the LSE too (the full profile's forms have it): a library that
+                # returns none (vLLM's CPU attention) meets every edge.
+                plain = {**params, "return_lse": False}
+                yield Case(route=route, family=FAMILY, variant=_variant(plain), params=plain,
+                           expect="match", tag="-".join([dtype_tag(plain), *_bits(plain), "nolse"]),
+                           requires=requires(plain))

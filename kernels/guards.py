@@ -289,6 +289,16 @@ def graph_capacity(where: str, fixed: dict, given: dict) -> None:
             raise ValueError(f"{where}: {field} capacity is {cap} from the first (CUDA-graph) plan() but this plan needs {have}")
 
 
+@guard("max_kv_chunk_positive", "plan(max_kv_chunk=) is None (the library picks the split) or a positive int")
+def max_kv_chunk_positive(where: str, max_kv_chunk) -> None:
+    """Off: 0 means the default chunk and a negative one reaches kernels_plan, which fails."""
+    if max_kv_chunk is None:
+        return
+    if isinstance(max_kv_chunk, bool) or not isinstance(max_kv_chunk, int) or max_kv_chunk <= 0:
+        raise ValueError(f"{where}: max_kv_chunk is {max_kv_chunk!r}; expected None (the library picks "
+                         f"the split) or a positive int (kv tokens per work item)")
+
+
 def _merge_over_capacity(live_rows_ptr):
     return None
 

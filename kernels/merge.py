@@ -13,6 +13,7 @@ def merge_state(v_a, s_a, v_b, s_b):
     where = "merge_state()"
     check_device(where, {"v_a": v_a, "v_b": v_b})
     guards.state_contiguous(where, {"v_a": v_a, "v_b": v_b}, {"s_a": s_a, "s_b": s_b})
+    guards.dtype_supported(where, {"v_a": v_a, "v_b": v_b})
     guards.run_matches_plan(where, [("dtype", v_a.dtype, v_b.dtype, "v_b")])
     v = torch.empty_like(v_a)
     s = torch.empty(v_a.shape[:2], dtype=torch.float32, device=v_a.device)
@@ -27,6 +28,7 @@ def merge_state_in_place(v, s, v_other, s_other, num_rows=None):
     where = "merge_state_in_place()"
     check_device(where, {"v": v, "v_other": v_other})
     guards.state_contiguous(where, {"v": v, "v_other": v_other}, {"s": s, "s_other": s_other})
+    guards.dtype_supported(where, {"v": v, "v_other": v_other})
     guards.run_matches_plan(where, [("dtype", v.dtype, v_other.dtype, "v_other")])
     rows, heads, dim = v.shape
     n = rows if num_rows is None else int(num_rows)

@@ -69,6 +69,7 @@ class _BatchRun(Planned):
         def checks():
             validate()
             self._validate_dims(where, d)
+            guards.max_kv_chunk_positive(where, max_kv_chunk)
             self._validate_capacity(where, need)
 
         def early_write():

@@ -172,6 +172,8 @@ REFUSALS = [
     ("gqa_divisible", "plan_12_over_8", _gqa_plan(12, 8), ["num_qo_heads"]),
     ("graph_capacity", "batch_size", _graph_replan([4, 4, 4], [10, 10, 10]), ["batch_size is 4", "has 3"]),
     ("graph_capacity", "total_num_rows", _graph_replan([8, 8, 4, 4], [10, 10, 10, 10]), ["total_num_rows", "24"]),
+    ("max_kv_chunk_positive", "zero", lambda: paged_setup(max_kv_chunk=0), ["max_kv_chunk is 0"]),
+    ("max_kv_chunk_positive", "negative", lambda: paged_setup(max_kv_chunk=-8), ["max_kv_chunk is -8"]),
     ("partial_state_needs_lse", "split_without_lse", _partial_state_without_lse, ["lse", "partial_state"]),
     ("half_planned_refuses", "after_failed_plan", _half_planned, ["plan()", "again"]),
     ("head_dim_supported", "d512", lambda: kernels.single_prefill_with_kv_cache(*single_inputs(2, 2, d=512)),

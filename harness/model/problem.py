@@ -361,8 +361,42 @@ def _tiny(q, k, v, *, dtype, **_) -> None:
     k.mul_(2.0 ** -e)
 
 
+def _nonfinite_v(q, k, v, **_) -> None:
+    """The first key's v is +inf in dim 0 and NaN in dim 1 (every kv head).
+
+    Every row that attends to that key (softmax weight > 0: the logits are N(0, 1), so no
+    weight underflows) has o = +inf in dim 0 and NaN in dim 1, exactly, in the fp64
+    reference as in IEEE fp32. The first key: every causal row sees it, so no row's answer
+    hangs on a masked key's v (the reference's P @ V would carry it in as 0 * inf = NaN, a
+    kernel that skips the key would not). The LSE is v-free, so finite. An fp8 cache stores
+    the NaN as its NaN encoding (E4M3FN 0x7f) and saturates the inf to its max.
+    """
+    if k.shape[0]:
+        v[0, :, 0] = float("inf")
+        if v.shape[2] > 1:
+            v[0, :, 1] = float("nan")
+
+
+def _nan_k(q, k, v, **_) -> None:
+    """The last key's k is NaN in dim 0 (every kv head): its logit is NaN.
+
+    A row that attends to it has a NaN LSE and a NaN output in every dim (NaN propagates
+    through the softmax sum, as torch.logsumexp says); a row the mask keeps from it (every
+    causal row but those at the bottom) must come out exactly as without it.
+    """
+    if k.shape[0]:
+        k[-1, :, 0] = float("nan")
+
+
+def _subnormal_v(q, k, v, *, dtype, **_) -> None:
+    """v scaled to 2^(EMIN - 3) (fp16: deep in the subnormals, where an odd last bit times a
+    v_scale of 0.5 is an exact rounding tie of the output). q and k are as drawn."""
+    v.mul_(2.0 ** (EMIN[dtype] - 3))
+
+
 VALUES = {"normal": _normal, "large_logits": _large_logits, "outlier": _outlier,
-          "ties": _ties, "tiny": _tiny}
+          "ties": _ties, "tiny": _tiny, "nonfinite_v": _nonfinite_v, "nan_k": _nan_k,
+          "subnormal_v": _subnormal_v}
 
 
 # ---------------------------------------------------------------- features

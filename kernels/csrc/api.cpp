@@ -32,6 +32,8 @@ static bool kv_dtype_ok(int dt) { return dtype_ok(dt) || dt == DT_E4M3 || dt == 
 static int check_params(const AttnParams* p, const char* what) {
   // Never null from Python: _launch.py passes its AttnParams by reference. Other C callers only.
   if (!p) return kernels_fail("%s: null params", what);
+  // Unknown codes: guards.dtype_supported (q, out) and fp8_kv_route (the cache) refuse every
+  // other dtype first; only --disable-guards (or another C caller) reaches the failure arm.
   if (!dtype_ok(p->q_dtype) || !kv_dtype_ok(p->kv_dtype) || !dtype_ok(p->o_dtype))
     return kernels_fail("%s: unknown dtype code (q %d, kv %d, o %d)", what, p->q_dtype, p->kv_dtype, p->o_dtype);
   return 0;
@@ -48,6 +50,9 @@ static inline unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1
     default: { constexpr int KDT = DT_BF16; __VA_ARGS__; } break;      \
   }
 
+// num_rows 0: a split batch of no query rows (edge_rows no_rows_split). num_qo_heads 0: a q
+// with no heads, which has no reference (harness/model/reference.py NoReference), so no case
+// sends it; the test keeps an empty grid dimension from the launch.
 static void launch_merge(const AttnParams& a, void* stream) {
   if (a.split && a.num_rows > 0 && a.num_qo_heads > 0)
     LAUNCH(merge_partials_kernel, dim3(cdiv(a.num_rows, 64), a.num_qo_heads), dim3(64), stream, a);
@@ -63,6 +68,11 @@ int kernels_params_size(void) { return (int)sizeof(AttnParams); }
 // fa2 prefill (single, paged, ragged; tensor-core decode): grid (work items, Hq, row tiles).
 // One tile of 64 rows per block: a long request's rows spread over the device instead of
 // queueing behind 64 threads (4096 rows x 64k kv took 26 s on an H200 with one tile).
+// The tile count is clamped at 4096 (grid z) past 262,144 query rows in one request: 2^18
+// rows x the kv they see is beyond what the host's ci (or full) profile runs, so no case
+// reaches the clamp. num_work is 0 only for a batch of no requests, and num_qo_heads 0 only
+// for a q without heads: no case describes either (model/problem.py: qo_lens is a non-empty
+// list, num_qo_heads >= 1), here or in the decode shims below.
 int kernels_prefill(const AttnParams* p, void* stream) {
   if (int e = check_params(p, "prefill")) return e;
   const AttnParams a = *p;
@@ -93,6 +103,8 @@ int kernels_ll4mi_decode(const AttnParams* p, void* stream) {
   return launched("ll4mi_decode");
 }
 
+// Unknown dtype: guards.dtype_supported refuses it in merge.py first (--disable-guards only).
+// n 0: a merge over no rows (edge_rows no_rows_*).
 int kernels_merge_state(const void* va, const float* sa, const void* vb, const float* sb, void* vo,
                         float* so, int64_t rows, int heads, int dim, int dtype, void* stream) {
   if (!dtype_ok(dtype)) return kernels_fail("merge_state: unknown dtype code %d", dtype);

@@ -89,6 +89,8 @@ __device__ void attend_row(const AttnParams& p, const WorkItem& it, int i, int d
   float m = HOOK_MAX_START(NEG_INF), l = 0.f;
   int jlo = it.lo, jhi = it.hi;
   if (p.causal && diag + 1 < jhi) jhi = diag + 1;
+  // honour_window is true at both call sites (prefill_kernel, decode_kernel): its false arm is
+  // dead, kept for a caller that must ignore the window.
   if (honour_window && p.window_left >= 0 && diag - p.window_left > jlo) jlo = diag - p.window_left;
   const uint8_t* mask = p.custom_mask;
   if (mask && p.mask_indptr) mask += p.mask_indptr[it.req];
@@ -190,7 +192,10 @@ __global__ void merge_partials_kernel(AttnParams p) {
   float m = NEG_INF;
   for (int s = s0; s < s1; ++s) {
     const float x = p.partial_lse[(int64_t)s * p.num_qo_heads + h];
-    if (x > m) m = x;
+    // A NaN partial (a NaN logit in its chunk) makes the row NaN: `x > m` alone skipped it,
+    // and a row whose other partials were empty came out 0 / -inf (values.nan_k_graph).
+    if (x > m || x != x) m = x;
+    if (m != m) break;
   }
   const int64_t obase = ((int64_t)row * p.num_qo_heads + h) * dvo;
   if (m == NEG_INF) {
@@ -221,6 +226,8 @@ __global__ void merge_partials_kernel(AttnParams p) {
 template <int KDT>
 __global__ void ll4mi_decode_kernel(AttnParams p) {
   WorkItem it;
+  // decode.py launches ll4mi unsplit with no live count (one item a request, p.live null),
+  // and a decode request has exactly one q row: neither early return below has an input.
   if (!load_work(p, (int)blockIdx.x, it)) return;
   HOOK_ITEM_START(it);
   const int h = (int)blockIdx.y;
@@ -257,6 +264,7 @@ __global__ void ll4mi_decode_kernel(AttnParams p) {
     a *= vscale;
     if (p.sinks) add_sink(p.sinks[h], 1, &a, mm, l);
     const int64_t o = ((int64_t)it.qo_start * p.num_qo_heads + h) * HEAD_SIZE + dim;
-    st_dt(p.o, o, p.o_dtype, l > 0.f ? a / l : 0.f);
+    // A NaN sum (a NaN logit) stays NaN: `l > 0` alone wrote 0 (values.nan_k, ll4mi).
+    st_dt(p.o, o, p.o_dtype, l > 0.f || l != l ? a / l : 0.f);
   }
 }

@@ -9,7 +9,8 @@
 // the merged lse. vo may be va: each element is read before it is written.
 __device__ inline float merge_one(const void* va, float a, const void* vb, float b, void* vo,
                                   int64_t base, int dim, int dt) {
-  float m = a > b ? a : b;
+  // A NaN state makes the merge NaN (`a > b` alone dropped a NaN a beside an empty b).
+  float m = a > b || a != a ? a : b;
   if (m == -INFINITY) {
     for (int d = 0; d < dim; ++d) st_dt(vo, base + d, dt, 0.f);
     return -INFINITY;

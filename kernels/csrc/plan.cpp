@@ -25,6 +25,8 @@ extern "C" int kernels_plan(const int32_t* qo_indptr, const int32_t* kv_lens, in
                             int num_qo_heads, int head_dim_vo, int max_kv_chunk, int work_limit,
                             int force_split, int64_t float_workspace_bytes, int32_t* sched,
                             int64_t work_capacity, int64_t row_capacity, int64_t* info) {
+  // _plan.py passes len(kv_lens) (never negative) and a chunk guards.max_kv_chunk_positive
+  // has checked (or its default): both arms are for other C callers and --disable-guards.
   if (batch < 0) return kernels_fail("plan(): batch size is %d", batch);
   if (max_kv_chunk <= 0) return kernels_fail("plan(): max_kv_chunk is %d, must be positive", max_kv_chunk);
   int64_t chunk = max_kv_chunk;
@@ -36,12 +38,16 @@ extern "C" int kernels_plan(const int32_t* qo_indptr, const int32_t* kv_lens, in
   for (;;) {
     num_work = 0;
     for (int r = 0; r < batch; ++r) num_work += chunks_of(r);
-    if (work_limit <= 0 || num_work <= work_limit) break;
+    if (work_limit <= 0 || num_work <= work_limit) break;  // past it: graph_replan kv_outgrows_work
+    // The refusal is unreachable from Python: guards.graph_capacity keeps a re-plan's batch at
+    // the first plan's, whose work_limit is at least GRAPH_WORK_PER_REQUEST (4) items a request
+    // (_plan.py), so num_work > work_limit always means more than one item a request.
     if (num_work <= batch) return kernels_fail("plan(): batch of %d requests exceeds the %d work items fixed by the first plan()", batch, work_limit);
     chunk *= 2;
   }
   bool split = force_split != 0;
   for (int r = 0; r < batch && !split; ++r) split = chunks_of(r) > 1;
+  // batch 0: a plan of no requests, which no case describes (model/problem.py: non-empty lens).
   const int64_t total_rows = batch > 0 ? qo_indptr[batch] - qo_indptr[0] : 0;
   int64_t slots = 0;
   if (split)
@@ -58,6 +64,8 @@ extern "C" int kernels_plan(const int32_t* qo_indptr, const int32_t* kv_lens, in
     return kernels_fail("plan(): float_workspace_buffer is %lld bytes but the schedule needs %lld "
                         "(%lld partial rows at max_kv_chunk %lld)",
                         (long long)float_workspace_bytes, (long long)ws, (long long)slots, (long long)chunk);
+  // Never from Python: _plan.py sizes the buffers from this plan's own info, or (graph mode)
+  // passes work_limit = work_capacity and guards.graph_capacity refuses rows past row_capacity.
   if (num_work > work_capacity || total_rows > row_capacity)
     return kernels_fail("plan(): schedule of %lld work items and %lld rows exceeds its buffer (%lld, %lld)",
                         (long long)num_work, (long long)total_rows, (long long)work_capacity, (long long)row_capacity);
