@@ -25,9 +25,10 @@ and so the fp64 reference's, exactly (compare.py demands inf for inf and NaN for
   nonfinite_v   the first key's v +inf (dim 0) and NaN (dim 1): every row sees it (the
                 first key is in every causal row), so o is inf and NaN there; fp16 and
                 bf16 in and out, an fp8 cache's NaN encoding (E4M3FN 0x7f; E5M2's through
-                the fp16 path). Not a masked key: the reference's P @ V carries a masked
-                key's non-finite v in as 0 * inf = NaN, which a kernel that skips the key
-                does not, so such a case would have no agreed answer
+                the fp16 path)
+  nonfinite_v_masked  the same in the last key, which causal hides from every row but the
+                last ones: those rows must be finite (a masked key is out of the sum, not
+                weighted by 0: 0 * inf is NaN), unsplit and split-KV
   nan_k         the last key's k NaN: a NaN logit, so a NaN LSE and output in the rows that
                 see it (every causal row but the last finite), unsplit, split-KV, a graph
                 plan whose one-chunk rows merge a single NaN partial, a window whose rows
@@ -54,7 +55,7 @@ OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
 
 KINDS = ("normal", "large_logits", "outlier", "ties", "tiny")
 # The non-finite and subnormal kinds: EDGES, on the routes and dtypes that reach their paths.
-EDGE_KINDS = ("nonfinite_v", "nan_k", "subnormal_v")
+EDGE_KINDS = ("nonfinite_v", "nonfinite_v_masked", "nan_k", "subnormal_v")
 DTYPES = ("fp16", "bf16", "fp32")
 # (num_qo_heads, num_kv_heads) by dtype index: GQA 1, 4 and 4 over two kv heads.
 HEADS = ((2, 2), (4, 1), (8, 2))
@@ -193,6 +194,8 @@ def _edges(op: str, backend: str) -> Iterator[tuple[str, dict]]:
             yield dtype, _edge("nonfinite_v", dtype, d, **shape, **paged)
         for dtype, d in (("fp16", 128), ("fp32", 64)):
             yield dtype, _edge("nan_k", dtype, d, **shape, **paged)
+        # The last key's non-finite v, hidden by causal from every row but the last ones.
+        yield "fp16", _edge("nonfinite_v_masked", "fp16", 64, **shape, **paged)
         if op in ("paged_prefill", "ragged_prefill"):
             # Split: the NaN partial beside finite ones; graph: every row one chunk (a single
             # NaN partial) merged; a window: the last rows see the last chunk only.
@@ -202,6 +205,8 @@ def _edges(op: str, backend: str) -> Iterator[tuple[str, dict]]:
             yield "window_split", _edge("nan_k", "bf16", 64, **shape, **paged, window_left=3,
                                         max_kv_chunk=8)
             yield "split", _edge("nonfinite_v", "fp16", 64, **shape, **paged, max_kv_chunk=8)
+            yield "split", _edge("nonfinite_v_masked", "bf16", 64, **shape, **paged,
+                                 max_kv_chunk=8)
         if op == "paged_prefill":
             for fmt in ("fp8_e4m3", "fp8_e5m2"):
                 yield fmt, _edge("nonfinite_v", "bf16", 64, **shape, **paged, kv_dtype=fmt)

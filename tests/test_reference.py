@@ -199,3 +199,23 @@ def test_undividable_group_spreads_q_heads_over_every_kv_head():
     assert kv_head_map(8, 2).tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(ValueError, match="num_kv_heads=0"):
         kv_head_map(8, 0)
+
+
+def test_a_masked_keys_non_finite_v_does_not_reach_the_rows_that_cannot_see_it():
+    # Causal, qo_len == kv_len: row i sees keys 0..i. The last key's v is inf and NaN; only
+    # the last row sees it. 0 * inf in P @ V would make every row NaN.
+    problem = build_problem({**BASE, "qo_lens": [4], "kv_lens": [4], "causal": True},
+                            seed=3, device="cpu")
+    v = problem.v[0].clone()
+    v[3, :, 0], v[3, :, 1] = float("inf"), float("nan")
+    problem.v[0] = v
+    o = attention_reference(problem)["o"]
+    assert torch.isfinite(o[:3]).all(), o[:3, 0, :2]
+    assert torch.isinf(o[3, :, 0]).all() and torch.isnan(o[3, :, 1]).all()
+    assert torch.isfinite(o[3, :, 2:]).all()
+    # A row that sees a NaN v is NaN there, and the finite dims equal the masked-out sum.
+    clean = problem.v[0].clone()
+    clean[3] = 0.0
+    problem.v[0] = clean
+    o_clean = attention_reference(problem)["o"]
+    assert torch.equal(o[:3], o_clean[:3])

@@ -366,15 +366,25 @@ def _nonfinite_v(q, k, v, **_) -> None:
 
     Every row that attends to that key (softmax weight > 0: the logits are N(0, 1), so no
     weight underflows) has o = +inf in dim 0 and NaN in dim 1, exactly, in the fp64
-    reference as in IEEE fp32. The first key: every causal row sees it, so no row's answer
-    hangs on a masked key's v (the reference's P @ V would carry it in as 0 * inf = NaN, a
-    kernel that skips the key would not). The LSE is v-free, so finite. An fp8 cache stores
+    reference as in IEEE fp32. The first key: every causal row sees it (nonfinite_v_masked
+    puts it where the mask hides it). The LSE is v-free, so finite. An fp8 cache stores
     the NaN as its NaN encoding (E4M3FN 0x7f) and saturates the inf to its max.
     """
     if k.shape[0]:
         v[0, :, 0] = float("inf")
         if v.shape[2] > 1:
             v[0, :, 1] = float("nan")
+
+
+def _nonfinite_v_masked(q, k, v, **_) -> None:
+    """The last key's v is +inf in dim 0 and NaN in dim 1: a causal row that does not see
+    the last key must come out finite, exactly as without it. A kernel that multiplies a
+    masked key's v by a zero weight (0 * inf = NaN) instead of leaving it out is caught; the
+    reference leaves masked keys out of P @ V (harness/model/reference.py)."""
+    if k.shape[0]:
+        v[-1, :, 0] = float("inf")
+        if v.shape[2] > 1:
+            v[-1, :, 1] = float("nan")
 
 
 def _nan_k(q, k, v, **_) -> None:
@@ -395,7 +405,8 @@ def _subnormal_v(q, k, v, *, dtype, **_) -> None:
 
 
 VALUES = {"normal": _normal, "large_logits": _large_logits, "outlier": _outlier,
-          "ties": _ties, "tiny": _tiny, "nonfinite_v": _nonfinite_v, "nan_k": _nan_k,
+          "ties": _ties, "tiny": _tiny, "nonfinite_v": _nonfinite_v,
+          "nonfinite_v_masked": _nonfinite_v_masked, "nan_k": _nan_k,
           "subnormal_v": _subnormal_v}
 
 

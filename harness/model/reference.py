@@ -122,10 +122,30 @@ def _one_request(q, k, v, heads, scale, mask, ct, rounded: torch.dtype | None = 
         p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
         if rounded is not None:
             p = p.to(rounded).to(ct)
-        o = torch.einsum("hlk,khd->lhd", p, v)
+        o = _weighted_values(p, v, mask[lo:lo + rows])
         outs.append(o.to(rounded).to(ct) if rounded is not None else o)
         lses.append(lse.transpose(0, 1))
     return torch.cat(outs), torch.cat(lses)
+
+
+def _weighted_values(p: torch.Tensor, v: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """o [L, Hq, Dv] = sum over each row's kept keys of p v: p [Hq, L, K], v [K, Hq, Dv],
+    keep [L, K].
+
+    A masked key is not in the sum at all (step 4): its weight is exactly 0, and 0 * inf is
+    NaN, so a non-finite v of a masked key would leak into P @ V. Its non-finite entries are
+    added key by key, only where the key is kept (a kept key's inf or NaN reaches the row as
+    the arithmetic says)."""
+    finite = torch.isfinite(v)
+    if bool(finite.all()):
+        return torch.einsum("hlk,khd->lhd", p, v)
+    o = torch.einsum("hlk,khd->lhd", p, torch.where(finite, v, 0.0))
+    for j in (~finite).flatten(1).any(1).nonzero().flatten().tolist():
+        odd = torch.where(finite[j], 0.0, v[j])                      # [Hq, Dv]
+        part = p[:, :, j].unsqueeze(-1) * odd.unsqueeze(1)           # [Hq, L, Dv]
+        part = torch.where(keep[:, j].view(1, -1, 1) & ~finite[j].unsqueeze(1), part, 0.0)
+        o = o + part.transpose(0, 1)
+    return o
 
 
 def _features(problem: Problem) -> dict:
