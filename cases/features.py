@@ -120,6 +120,10 @@ def _fp8(op):
         yield f"{fmt}_window_hnd", _base(op, 2, window_left=5, layout="HND", **scaled)
         yield f"{fmt}_single_cache", _base(op, 0, cache_form="single", **sat)
         yield f"{fmt}_edge_rows", _base(op, 1, **{**EDGE[op], **scaled})
+        # Pages of 32: the block size vLLM's CPU backend plans an fp8 cache with (its vec
+        # and amx kernels); 16 runs vec16, which takes no fp8 cache.
+        yield f"{fmt}_scaled_page32", _base(op, 1, page_size=32, **scaled)
+        yield f"{fmt}_saturated_page32", _base(op, 0, page_size=32, **sat)
     yield "scales_16bit_cache", _base(op, 0, k_scale=0.5, v_scale=2.0)
 
 
