@@ -14,7 +14,7 @@ import pandas as pd
 
 from harness.model.classify import OUTCOMES  # noqa: F401  (one outcome list, re-exported)
 from harness.results.failure_classes import OUTCOME_ORDER
-from harness.results.repro_command import repro_args, typed
+from harness.results.repro_command import guard_names, repro_args, typed
 from harness.results.summary import diffs_text, output_numbers  # noqa: F401  (re-exported)
 from harness.results.table import COLUMNS, load_table
 
@@ -123,17 +123,7 @@ def params_text(value: Any) -> str:
 
 
 def guards_of(row: Any) -> list[str]:
-    value = row.get("disable_guards")
-    if is_missing(value) or value == "":
-        return []
-    if isinstance(value, str):
-        try:   # a JSON list, or names joined by commas; a hostile "[" is the latter
-            value = json.loads(value) if value.startswith("[") else value.split(",")
-        except ValueError:
-            value = value.split(",")
-        if not isinstance(value, list):
-            value = [value]
-    return [str(g).strip() for g in value if str(g).strip()]
+    return guard_names(row.get("disable_guards"))
 
 
 def repro_command(row: Any) -> str:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from harness.results.numbers import finite_number
+
 # Worst first; a row without a severity (tables written before the column) is
 # "unrated", and a harness error is the harness's own bug, never the library's.
 GROUPS = ("correctness", "capability", "clarity", "unrated", "harness")
@@ -131,14 +133,7 @@ def tensors_of(variant: str, message="") -> list[str]:
     return list(found)
 
 
-def _number(value) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
+_number = finite_number   # one reader of a hostile table's numbers
 
 
 def _over(diff, tol) -> bool:

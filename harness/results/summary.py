@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from harness.results.numbers import finite_number
+
 # The outputs a row records separately (harness/results/table.py PER_OUTPUT_COLUMNS).
 OUTPUTS = ("o", "lse")
 
@@ -16,14 +18,7 @@ def _fmt_diff(v) -> str:
     return "" if v != v else f"{v:.3g}"
 
 
-def _num(value) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
+_num = finite_number   # one reader of a hostile table's numbers
 
 
 def output_numbers(row) -> list[dict]:

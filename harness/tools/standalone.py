@@ -205,7 +205,8 @@ def _reference_source() -> str:
     parts = [f"_LOGITS_BUDGET = {reference._LOGITS_BUDGET!r}"]
     parts += [inspect.getsource(f).rstrip() for f in
               (reference.NoReference, reference.compute_dtype, reference.kv_head_map,
-               reference.visible_mask, reference._one_request, reference._features,
+               reference.visible_mask, reference._weighted_values, reference._one_request,
+               reference._features,
                reference._attention, reference.attention_reference)]
     return "\n\n\n".join(parts)
 
@@ -302,19 +303,9 @@ def plain_row(row: dict) -> dict:
 
 
 def guards_of(value) -> str | None:
-    """A row's disable_guards (a comma list, a JSON list, a list, or empty) as the option's
-    comma list, or None when no guard was off."""
-    if value is None or value == "" or (isinstance(value, float) and value != value):
-        return None
-    if isinstance(value, str):
-        try:   # a JSON list, or names joined by commas; a lone "[" is the latter
-            value = json.loads(value) if value.startswith("[") else value.split(",")
-        except ValueError:
-            value = value.split(",")
-        if not isinstance(value, list):
-            value = [value]
-    names = [str(g).strip() for g in value if str(g).strip()]
-    return ",".join(names) or None
+    """A row's disable_guards as the option's comma list, or None when no guard was off."""
+    from harness.results.repro_command import guard_names
+    return ",".join(guard_names(value)) or None
 
 
 def target_spec_of(target_label: str) -> str:
