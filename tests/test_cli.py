@@ -363,7 +363,9 @@ def test_check_prints_progress_and_no_pytest_failures_section(tmp_path, none_the
     proc = none_then_wrong[1]
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "FAILURES" not in proc.stdout and "(expect match)" not in proc.stdout
-    assert proc.stdout.count("16/16 wrong") == 2   # the before table and the class line
+    # The class line only: a guards-off run's per-row table goes to the Markdown report.
+    assert proc.stdout.count("16/16 wrong") == 1, proc.stdout
+    assert "| Route | Case |" not in proc.stdout
     assert proc.stderr.startswith("check: 1 cases on faults; rows go to "), proc.stderr
 
 
