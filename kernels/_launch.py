@@ -41,6 +41,7 @@ def paged_dims(shape, stride, layout: str) -> dict:
 def unpack_paged(cache, where: str):
     """(k, v) from a tuple or one [P, 2, ...] tensor."""
     if isinstance(cache, (tuple, list)):
+        # Reachable by a paged_kv_cache tuple of other than two tensors; no ci case yet.
         if len(cache) != 2:
             raise ValueError(f"{where}: paged_kv_cache tuple has {len(cache)} tensors; expected (k, v)")
         return cache[0], cache[1]

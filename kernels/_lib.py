@@ -79,6 +79,8 @@ def _coverage_opened(h, info: dict) -> None:
     os.environ["GCOV_PREFIX_STRIP"] = str(len(os.path.abspath(objdir).strip("/").split("/")))
     h.kernels_coverage_flush.argtypes, h.kernels_coverage_flush.restype = [], None
     h.kernels_coverage_reset.argtypes, h.kernels_coverage_reset.restype = [], None
+    # One coverage build per ci process, and the lambda runs only in a child forked after one opened;
+    # the ci run records no second build and no such child.
     if not _coverage:
         os.register_at_fork(after_in_child=lambda: [c.kernels_coverage_reset() for c in _coverage])
     _coverage.append(h)
@@ -97,16 +99,20 @@ def open_variant(variant: str):
     """The CDLL of a build variant ('default' or 'testonly'), built and opened on first use."""
     with _lock:
         h = _opened.get(variant)
+        # Reachable by reopening a variant in one process (kernels.testonly switching back); no ci case yet.
         if h is None:
             from .build import build_info
             info = build_info(variant)
             h = C.CDLL(info["path"])
+            # The testonly arm needs the fault library (KERNELS_TESTONLY_FAULT runs); the ci coverage run loads none.
             sigs = {**_SIGNATURES, **(_TESTONLY_SIGNATURES if variant == "testonly" else {})}
             for name, (args, res) in sigs.items():
                 fn = getattr(h, name)
                 fn.argtypes, fn.restype = args, res
+            # Unreachable while _lib.py's AttnParams and csrc/params.h agree (only a stale build would differ).
             if h.kernels_params_size() != C.sizeof(AttnParams):
                 raise RuntimeError("kernels: AttnParams in _lib.py disagrees with csrc/params.h")
+            # The coverage run always opens the coverage build; only normal runs take the other arm.
             if "coverage" in info:
                 _coverage_opened(h, info)
             _opened[variant] = h
@@ -128,7 +134,9 @@ def lib():
     global _handle
     if _handle is None:
         with _lock:
+            # Taken only when another thread loads the library between the two checks; no ci case races.
             if _handle is None:
+                # Needs KERNELS_TESTONLY_FAULT (the fault library's runs); the ci coverage run sets none.
                 if os.environ.get(FAULT_ENV):
                     from .testonly import use_fault_library
                     use_fault_library(os.environ[FAULT_ENV])  # sets _handle, or raises at every call
@@ -157,6 +165,7 @@ def ptr(t: torch.Tensor | None) -> int | None:
 
 def stream_of(t: torch.Tensor) -> int | None:
     """The caller's current stream on t's device (so a run is capturable); None on the host."""
+    # GPU builds only: ci runs the host library on CPU tensors.
     if t.device.type == "cuda":
         return torch.cuda.current_stream(t.device).cuda_stream
     return None

@@ -24,6 +24,7 @@ GRAPH_WORK_PER_REQUEST = 4
 
 
 def host_ints(t) -> list[int]:
+    # Reachable by plan() with list indptrs (ci passes tensors); no ci case yet.
     if isinstance(t, torch.Tensor):
         return t.detach().to("cpu", torch.int64).tolist()
     return [int(x) for x in t]
@@ -34,6 +35,7 @@ def fit_chunk(sizes, chunk: int, longest: int, ws_bytes: int, info) -> int:
     one chunk per request (longest). sizes(chunk, limit) fills info without a schedule."""
     while True:
         sizes(chunk, 0)
+        # Reachable by a float workspace too small even for one chunk per request (max_kv_chunk=None); no ci case yet.
         if info[INFO_WS_BYTES] <= ws_bytes or chunk >= longest:
             return chunk
         chunk = min(chunk * 2, longest)
@@ -65,6 +67,7 @@ class Planned:
     @property
     def plan_info(self) -> SimpleNamespace:
         """The last schedule: total_num_rows (the capacity in graph mode), live_rows, split, num_work, chunk."""
+        # Reachable by reading wrapper.plan_info; no ci case does.
         s = getattr(self, "_plan_sched", None) or {}
         return SimpleNamespace(**{k: s.get(k) for k in ("total_num_rows", "live_rows", "split", "num_work", "chunk")})
 
@@ -99,7 +102,10 @@ class Planned:
             buf = self._bufs.get(name)
             if buf is None:
                 caller = self._graph_bufs.get(name)
+                # Unreachable from callers: every _stage call passes a cap_key.
                 cap = self._caps[cap_key] + extra if cap_key else n
+                # Reachable by a graph-mode caller buffer that is not int32, not contiguous or too small (the device arm
+                # needs a GPU); no ci case yet. The copy back into such a buffer below follows.
                 if (caller is not None and caller.dtype == torch.int32 and caller.is_contiguous()
                         and caller.device == self._device and caller.numel() >= cap):
                     buf = caller  # launches read the caller's buffer, as FlashInfer's graph path does
@@ -126,6 +132,7 @@ class Planned:
         (a graph plan always splits) is refused. A caller's max_kv_chunk is kept as given."""
         lib = _lib.lib()
         batch = len(kv_lens)
+        # Reachable by plan() with an empty qo_indptr, or of zero requests (empty kv_lens); no ci case yet.
         qo_t = torch.tensor(qo or [0], dtype=torch.int32)
         kv_t = torch.tensor(kv_lens or [0], dtype=torch.int32)
         chunk = int(max_kv_chunk or DEFAULT_MAX_KV_CHUNK)
@@ -151,6 +158,7 @@ class Planned:
         rows_cap = self._caps["total_num_rows"] if self._use_cuda_graph else int(info[5])
         host = torch.zeros(lib.kernels_schedule_len(work_cap, rows_cap), dtype=torch.int32)
         _lib.call("kernels_plan", *args, limit, force, ws_bytes, host.data_ptr(), work_cap, rows_cap, info)
+        # Unreachable: in graph mode work_cap and rows_cap are the fixed caps, so the schedule length never changes.
         if self._use_cuda_graph and self._sched is not None and self._sched.numel() == host.numel():
             self._sched.copy_(host)
         else:

@@ -34,6 +34,7 @@ class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
         """q_len_per_req > 1: a multi-token (speculative verify) decode, q_len_per_req q rows per
         request, causal within the request (bottom-right aligned)."""
         guards.multi_token_decode_rows("plan()", q_len_per_req)
+        # The other arms need a q_len_per_req the guard above refuses, i.e. multi_token_decode_rows disabled; ci disables none.
         n = q_len_per_req if isinstance(q_len_per_req, int) and q_len_per_req > 0 else 1
         kvp, last = host_ints(indptr), host_ints(last_page_len)
         batch = len(kvp) - 1
@@ -61,6 +62,7 @@ class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
         """q [batch * q_len_per_req, Hq, D]; sinks / alibi_slopes fp32 [Hq]; k_scale / v_scale floats."""
         where = "run()"
         if self._backend == "aiter" and return_lse:
+            # Reachable by an aiter run(return_lse=True) before plan() or after a failed one; no ci case yet.
             if self._state != "ok":  # the guard passes an "ok" plan whether it is on or off
                 guards.half_planned_refuses(where, self._state)
             return self._shadow_plan().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True, sinks=sinks,
@@ -89,6 +91,7 @@ class BatchDecodeWithPagedKVCacheWrapper(BatchPrefillWithPagedKVCacheWrapper):
         return range(self._p.get("batch", self._p["rows"]))
 
     def _shadow_plan(self):
+        # Reachable by a second aiter run(return_lse=True) on one plan (the shadow is reused); no ci case yet.
         if self._shadow is None:
             kept = self._kept
             shadow = BatchDecodeWithPagedKVCacheWrapper(self._ws, self._kv_layout, backend="fa2")

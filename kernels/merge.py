@@ -31,6 +31,7 @@ def merge_state_in_place(v, s, v_other, s_other, num_rows=None):
     guards.dtype_supported(where, {"v": v, "v_other": v_other})
     guards.run_matches_plan(where, [("dtype", v.dtype, v_other.dtype, "v_other")])
     rows, heads, dim = v.shape
+    # Reachable by merge_state_in_place(num_rows=...); no ci case yet.
     n = rows if num_rows is None else int(num_rows)
     call("kernels_merge_state_in_place", v.data_ptr(), s.data_ptr(), v_other.data_ptr(), s_other.data_ptr(), n,
          None, heads, dim, code(v.dtype), stream_of(v))

@@ -18,6 +18,7 @@ def out_sig(t):
     device (None for None). False when it is not a plain torch.Tensor: such a call is not memoized."""
     if t is None:
         return None
+    # Reachable by an out/lse/partial_state half that is a tensor subclass (e.g. nn.Parameter); no ci case yet.
     if type(t) is not _T:
         return False
     return t.shape, t.is_contiguous(), t.dtype, t.device
@@ -26,11 +27,14 @@ def out_sig(t):
 def state_sig(partial_state):
     """out_sig of both halves of a partial_state (None for None); False when it is not a pair of
     plain tensors, which the full checks then see as the caller passed it."""
+    # Unreachable from callers: _prepare_paged calls state_sig only when partial_state is given.
     if partial_state is None:
         return None
+    # Reachable by a partial_state that is not a tuple/list, or not of two; no ci case yet.
     if type(partial_state) not in (tuple, list) or len(partial_state) != 2:
         return False
     a, b = out_sig(partial_state[0]), out_sig(partial_state[1])
+    # Reachable by a partial_state with a None or tensor-subclass half; no ci case yet.
     return False if not a or not b else (a, b)
 
 
@@ -48,6 +52,7 @@ class _BatchRun(Planned):
     def _dims(self, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
               q_data_type, kv_data_type, logits_soft_cap=0.0, **more) -> dict:
         return dict(num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk,
+                    # Reachable by a paged/ragged plan() without head_dim_vo or kv_data_type (ci passes both); no ci case yet.
                     head_dim_vo=head_dim_vo or head_dim_qk, causal=bool(causal), window_left=window_left,
                     sm_scale=sm_scale, q_data_type=q_data_type, kv_data_type=kv_data_type or q_data_type,
                     logits_soft_cap=logits_soft_cap or 0.0, **more)
@@ -57,6 +62,7 @@ class _BatchRun(Planned):
         guards.head_dim_supported(where, d["head_dim_qk"], d["head_dim_vo"])
         if d["logits_soft_cap"]:
             c = guards.logits_soft_cap_valid(where, d["logits_soft_cap"])
+            # c is None only with logits_soft_cap_valid disabled (KERNELS_DISABLE_GUARDS); ci disables none.
             d["logits_soft_cap"] = float(d["logits_soft_cap"]) if c is None else c
 
     def _plan_batch(self, where, d, need, validate, stage, qo, max_kv_chunk, unsplit=False):
@@ -88,6 +94,7 @@ class _BatchRun(Planned):
         """The plan's own copy of a custom mask (bytes, 1: attend); graph mode: one fixed buffer."""
         host = mask.detach().reshape(-1).to("cpu", torch.uint8)
         buf = self._bufs.get("custom_mask") if self._use_cuda_graph else None
+        # Reachable by a graph-mode re-plan with a custom_mask (the buffer exists); no ci case yet.
         if buf is None:
             cap = self._caps["custom_mask"] if self._use_cuda_graph else host.numel()
             buf = torch.zeros(max(cap, host.numel(), 1), dtype=torch.uint8, device=self._device)
@@ -129,6 +136,7 @@ class _BatchRun(Planned):
             feat["custom_mask"], feat["mask_indptr"] = mask.data_ptr(), self._bufs["mask_indptr"].data_ptr()
         sched = sched or self._plan_sched
         if partial_state is not None:
+            # Reachable by partial_state on an unsplit plan without lse/return_lse; no ci case yet.
             if lse is None and not sched["split"]:
                 lse = torch.empty(out.shape[0], P["num_qo_heads"], dtype=torch.float32, device=q.device)
         p = params(q=q, k=k, v=v, kd=kd, vd=vd, o=out, lse=lse if lse_written else None,
@@ -168,6 +176,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
              logits_soft_cap=0.0, custom_mask=None):
         qo, kvp, last = host_ints(qo_indptr), host_ints(paged_kv_indptr), host_ints(paged_kv_last_page_len)
         d = self._dims(num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
+                       # Reachable by plan() with an empty qo_indptr; no ci case yet.
                        q_data_type, kv_data_type, logits_soft_cap, page_size=page_size, rows=qo[-1] if qo else 0,
                        custom_mask=custom_mask is not None)
         self._plan_paged("plan()", qo, kvp, paged_kv_indices, last, d, max_kv_chunk, custom_mask=custom_mask)
@@ -175,10 +184,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
     def _plan_paged(self, where, qo, kvp, paged_kv_indices, last, d, max_kv_chunk, unsplit=False, custom_mask=None):
         n_idx = paged_kv_indices.numel()
         batch, page_size = len(qo) - 1, d["page_size"]
+        # Reachable by plan() with a last_page_len of the wrong length (refused later); no ci case yet.
         kv_lens = paged_kv_lens(kvp, last, page_size) if len(last) == len(kvp) - 1 else []
         # Request r's mask starts at the sum of qo_len_i * kv_len_i over the requests before it.
         mask_indptr = [0]
         for r, n in enumerate(kv_lens):
+            # Reachable by a paged plan() whose qo_indptr is shorter than paged_kv_indptr; no ci case yet.
             mask_indptr.append(mask_indptr[-1] + (qo[r + 1] - qo[r]) * n if r + 1 < len(qo) else mask_indptr[-1])
         need = dict(batch_size=batch, total_num_rows=d["rows"], indices=n_idx,
                     custom_mask=mask_indptr[-1] if custom_mask is not None else 0)
@@ -188,6 +199,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
             guards.batch_consistent(where, {"paged_kv_indptr": (batch + 1, len(kvp)),
                                             "paged_kv_last_page_len": (batch, len(last))},
                                     {"qo_indptr": qo, "paged_kv_indptr": kvp},
+                                    # Reachable by plan() with an empty paged_kv_indptr; no ci case yet.
                                     indices_len=(kvp[-1] if kvp else 0, n_idx), last_page=(page_size, pages, last))
             if custom_mask is not None:
                 guards.custom_mask_replaces_causal(where, d["causal"], custom_mask)
@@ -242,6 +254,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
         key = None
         cache = paged_kv_cache
         kind = type(cache)
+        # Reachable by a list [k, v] cache, a tuple not of two plain tensors, or a 3-tuple; no ci case yet.
         if kind is tuple or kind is list:  # (k, v); anything else but two plain tensors: the full checks
             whole = None
             plain = len(cache) == 2 and _T is type(cache[0]) is type(cache[1])
@@ -250,16 +263,19 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
         else:  # one [P, 2, ...] tensor
             whole = cache
             plain = kind is _T
+        # The false arm needs a non-plain cache or q (a tensor subclass): reachable, no ci case yet.
         if plain and type(q) is _T:
             qs, qst = q.shape, q.stride()
             if whole is None:
                 ks, kst, vs, vst = k.shape, k.stride(), v.shape, v.stride()
+            # sw is None only with every guard off (KERNELS_DISABLE_GUARDS=all); ci disables none.
             if sw is None:  # every guard off: nothing to check
                 hit = True
             else:
                 osig = out_sig(out)
                 lsig = None if lse is None else out_sig(lse)
                 psig = None if partial_state is None else state_sig(partial_state)
+                # Reachable by an out/lse that is a tensor subclass, or a partial_state not of two plain tensors; no ci case yet.
                 if osig is False or lsig is False or psig is False:
                     hit = False  # not plain tensors: checked at every call
                 else:
@@ -268,6 +284,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
                            (sw, qs, qst, q.dtype, q.device, whole.shape, whole.stride(), whole.dtype,
                             whole.device, osig, lsig, not return_lse, psig))
                     hit = key == self._memo
+            # The memo hit: reachable by a second run() with the same key on one plan; no ci case yet.
             if hit:
                 if whole is not None:
                     k, v = whole[:, 0], whole[:, 1]
@@ -278,6 +295,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_BatchRun):
         guards.half_planned_refuses(where, self._state)
         q, k, v, kd, vd = self._check_paged_run(where, q, paged_kv_cache, rows_field)
         out, lse = self._outputs(where, q, out, lse, return_lse, partial_state)
+        # Reachable by the non-plain inputs above (or every guard off); no ci case yet.
         if key is not None:
             self._memo = key
         return q, k, v, kd, vd, None, out, lse
@@ -305,6 +323,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
         qo, kvi = host_ints(qo_indptr), host_ints(kv_indptr)
         batch = len(qo) - 1
         d = self._dims(num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left, sm_scale,
+                       # Reachable by a ragged plan() with an empty qo_indptr/kv_indptr; no ci case yet.
                        q_data_type, kv_data_type, logits_soft_cap, rows=qo[-1] if qo else 0,
                        kv_rows=kvi[-1] if kvi else 0)
         need = dict(batch_size=batch, total_num_rows=d["rows"])
@@ -327,19 +346,23 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
             return run_features(where, self._p["num_qo_heads"], sinks, alibi_slopes)
         sw = guards.switch()
         key = None
+        # The false arm: reachable by a tensor-subclass (or non-tensor) q/k/v; no ci case yet.
         if _T is type(q) is type(k) is type(v):
             qs, qst, ks, kst, vs, vst = q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride()
+            # sw is None only with every guard off (KERNELS_DISABLE_GUARDS=all); ci disables none.
             if sw is None:  # every guard off: nothing to check
                 hit = True
             else:  # the memo: see _prepare_paged
                 osig = out_sig(out)
                 lsig = None if lse is None else out_sig(lse)
+                # Reachable by an out/lse that is a tensor subclass; no ci case yet.
                 if osig is False or lsig is False:
                     hit = False
                 else:
                     key = (sw, qs, qst, q.dtype, q.device, ks, kst, k.dtype, k.device, vs, vst, v.dtype, v.device,
                            osig, lsig, not return_lse)
                     hit = key == self._memo
+            # The memo hit: reachable by a second ragged run() with the same key on one plan; no ci case yet.
             if hit:
                 layout = self._kv_layout
                 kd, vd = dense_dims(ks, kst, layout), dense_dims(vs, vst, layout)
@@ -348,6 +371,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_BatchRun):
                                  feat=features())
         q, k, v, kd, vd = self._check_ragged_run(where, q, k, v)
         out, lse = self._outputs(where, q, out, lse, return_lse)
+        # Reachable by a tensor-subclass out/lse (or every guard off); no ci case yet.
         if key is not None:
             self._memo = key
         return self._run(where, "kernels_prefill", q, k, v, kd, vd, out, lse, return_lse, feat=features())

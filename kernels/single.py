@@ -26,23 +26,29 @@ def _fast_path(where, q, k, v, kv_layout, out, lse, return_lse):
     lse's shape, contiguity, dtype and device, one tuple and its comparison. A device is keyed as
     `t.is_cpu or t.device`: True for a CPU tensor (whose device is exactly cpu), else the device
     itself, so two keys are equal exactly when the devices are, at a bool's price on the host."""
+    # Reachable by a q, k or v that is not a plain tensor (subclass, None); no ci case yet.
     if not (_T is type(q) is type(k) is type(v)):
         return None, None
     qs, qst, qt, ks, kst, kt, vs, vst = q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype, v.shape, v.stride()
     sw = guards.switch()
+    # sw is None only with every guard off (KERNELS_DISABLE_GUARDS=all); ci disables none.
     if sw is None:  # every guard off: nothing to check, nothing to remember
         key = None
     else:
+        # Reachable by a non-str kv_layout (e.g. None); no ci case yet.
         if type(kv_layout) is not str:
             return None, None
         # out and lse as prefill.out_sig reads them (shape, contiguity, dtype, device), flat.
         if out is None:
             key = None
+        # Reachable by an out that is a tensor subclass; no ci case yet.
         elif type(out) is _T:
+            # The `or device` arms (here and below) need a non-CPU tensor; ci runs the host library on the CPU.
             key = (out.shape, out.is_contiguous(), out.dtype, out.is_cpu or out.device)
         else:
             return None, None
         if lse is not None:
+            # Reachable by an lse that is a tensor subclass; no ci case yet.
             if type(lse) is not _T:
                 return None, None
             key = (key, lse.shape, lse.is_contiguous(), lse.dtype, lse.is_cpu or lse.device)
@@ -55,6 +61,7 @@ def _fast_path(where, q, k, v, kv_layout, out, lse, return_lse):
 
 def soft_cap(where, logits_soft_cap) -> float:
     c = guards.logits_soft_cap_valid(where, logits_soft_cap)
+    # c is None only with logits_soft_cap_valid disabled (KERNELS_DISABLE_GUARDS); ci disables none.
     return float(logits_soft_cap or 0.0) if c is None else c
 
 
@@ -86,6 +93,7 @@ def _single(where, q, k, v, *, causal, kv_layout, window_left, sm_scale, return_
         qs, qst, qt, kt = q.shape, None, q.dtype, k.dtype
     else:
         kd, vd, qt, kt, qs, qst = fast
+        # own_q is False only on single_decode's memo hit: reachable by a repeated identical decode call; no ci case yet.
         if not own_q:
             qs, qst = q.shape, None
     hq, dqk, dvo = qs[1], qs[2], vd["dim"]
@@ -111,6 +119,7 @@ def _single(where, q, k, v, *, causal, kv_layout, window_left, sm_scale, return_
 
 def _given(**f):
     """The feature arguments given (a call with none keeps the memoized fast path)."""
+    # Only a feature argument passed as False (e.g. sinks=False) takes the filtered arm; no ci case does.
     return {k: v for k, v in f.items() if v is not None and v is not False and not (k == "logits_soft_cap" and v == 0)}
 
 
@@ -146,9 +155,11 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", window_left=-1, sm_sca
     """q [Hq, Dqk], one token; it is copied when its last dim is strided (a few KB).
     Features: logits_soft_cap, sinks [Hq], alibi_slopes [Hq] (the query sits at kv_len - 1)."""
     where = "single_decode_with_kv_cache()"
+    # Reachable by single_decode_with_kv_cache(use_tensor_cores=True); no ci case yet.
     entry = "kernels_prefill" if use_tensor_cores else "kernels_decode"
     features = _given(logits_soft_cap=logits_soft_cap, sinks=sinks, alibi_slopes=alibi_slopes)
     key, fast = _fast_path(where, q, k, v, kv_layout, out, lse, return_lse) if not features else (None, None)
+    # The decode memo hit: reachable by a repeated identical decode call; no ci case yet.
     if fast is not None:  # q [Hq, D] is read as [1, Hq, D]: its own stride() is not q1's
         return _single(where, q.unsqueeze(0), k, v, causal=False, kv_layout=kv_layout, window_left=window_left,
                        sm_scale=sm_scale, return_lse=return_lse, out=out, lse=lse, entry=entry,

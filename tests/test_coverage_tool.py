@@ -35,13 +35,13 @@ def pick(x, items):
 '''
 
 
-def _trace(tmp_path: Path, calls: list) -> dict:
+def _trace(tmp_path: Path, calls: list, source: str = SYNTHETIC) -> dict:
     """The synthetic module's python_file result after `calls` under a fresh Tracer."""
     src = tmp_path / "pkg" / "synthetic.py"
     src.parent.mkdir(parents=True, exist_ok=True)
-    src.write_text(SYNTHETIC)
+    src.write_text(source)
     namespace: dict = {}
-    exec(compile(SYNTHETIC, str(src), "exec"), namespace)
+    exec(compile(source, str(src), "exec"), namespace)
     tracer = coverage.Tracer(src.parent, tmp_path / "py")
     old = sys.gettrace()
     tracer.start()
@@ -75,6 +75,22 @@ def test_the_tracer_sees_a_branch_not_taken_then_taken(tmp_path):
     assert both["lines"][5] is True
     # "neg12" is not an int either: the handler's no-match way stays untaken, and says so.
     assert _ways(both, 11)["except false"] is False
+
+
+# A jump over a long body needs an EXTENDED_ARG prefix: the tracer sees the jump at the
+# prefix's offset, and python_file must credit the jump with it.
+LONG_JUMP = "def pick(x, items):\n    y = 0\n    if x > 0:\n" + "        y += 1\n" * 300 + \
+    "    return y\n"
+
+
+def test_a_jump_behind_an_extended_arg_is_seen_both_ways(tmp_path):
+    import dis
+    code = compile(LONG_JUMP, "x", "exec").co_consts[0]
+    assert any(i.opname == "EXTENDED_ARG" for i in dis.get_instructions(code))
+    both = _trace(tmp_path, [(1, []), (0, [])], LONG_JUMP)
+    assert _ways(both, 3) == {"if true": True, "if false": True}
+    once = _trace(tmp_path / "once", [(1, [])], LONG_JUMP)
+    assert _ways(once, 3) == {"if true": True, "if false": False}
 
 
 def test_a_forked_child_clears_what_it_inherited(tmp_path):

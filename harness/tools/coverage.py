@@ -225,7 +225,13 @@ def python_file(path: Path, arcs_by_code: dict) -> dict:
             if kind is None:  # the compiler's own (a with statement's exit), no source branch
                 continue
             nxt = instrs[i + 1].offset
-            went = {b for a, b in arcs if a == ins.offset}
+            # A jump behind EXTENDED_ARG prefixes is traced at its first prefix's offset:
+            # the arcs from the prefixes are the jump's.
+            sources, j = {ins.offset}, i - 1
+            while j >= 0 and instrs[j].opname == "EXTENDED_ARG":
+                sources.add(instrs[j].offset)
+                j -= 1
+            went = {b for a, b in arcs if a in sources} - sources
             for way, taken in ((ways[0], nxt in went), (ways[1], bool(went - {nxt}))):
                 per_line.setdefault(ins.positions.lineno, []).append((taken, f"{kind} {way}"))
     branches = [(line, k + 1, len(bs), taken, what)
