@@ -29,20 +29,7 @@ if ls .whl/pytest_rerunfailures-*.whl >/dev/null 2>&1; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-say() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
-left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
-# timed NEED_S CMD...: runs CMD under the time left, when at least NEED_S are left.
-timed() {
-  local need=$1; shift
-  local budget; budget=$(left)
-  if [ "$budget" -lt "$need" ]; then say "skipped (needs ${need}s, ${budget}s left): $*"; return 0; fi
-  local s; s=$(date +%s%N)
-  timeout --signal=INT --kill-after=15 "$budget" "$@" >>"$LOG" 2>&1
-  local rc=$?
-  local ms=$(( ($(date +%s%N) - s) / 1000000 ))
-  say "$(( ms / 1000 )).$(( ms % 1000 / 100 )) s, rc $rc: $*"
-  return $rc
-}
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"   # say, left, timed
 CHECK="python3 -m harness check --reruns 0"
 
 mps_on() {   # one shared GPU context for every worker: no time-slicing between processes

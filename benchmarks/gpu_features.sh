@@ -27,20 +27,7 @@ LOG="$OUT/log.txt"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH="/usr/local/cuda/bin:$PATH"
 
-say() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
-left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
-# timed NEED_S CMD...: runs CMD under the time left, when at least NEED_S are left.
-timed() {
-  local need=$1; shift
-  local budget; budget=$(left)
-  if [ "$budget" -lt "$need" ]; then say "skipped (needs ${need}s, ${budget}s left): $*"; return 0; fi
-  local s; s=$(date +%s%N)
-  timeout --signal=INT --kill-after=15 "$budget" "$@" >>"$LOG" 2>&1
-  local rc=$?
-  local ms=$(( ($(date +%s%N) - s) / 1000000 ))
-  say "$(( ms / 1000 )).$(( ms % 1000 / 100 )) s, rc $rc: $*"
-  return $rc
-}
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"   # say, left, timed
 CHECK="python3 -m harness check --target bundled --reruns 0 -n $WORKERS"
 
 step_build() {

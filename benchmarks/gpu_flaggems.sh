@@ -43,8 +43,7 @@ LOG="$OUT/log.txt"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-say() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
-left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"   # say, left, timed
 family_opt() { [ -n "$FAMILIES" ] && echo "--family $FAMILIES"; }
 
 setup() {

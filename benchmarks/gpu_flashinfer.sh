@@ -64,8 +64,7 @@ mkdir -p "$OUT" "$RES"
 LOG="$OUT/log.txt"
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-say() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
-left() { echo $(( DEADLINE_S - ($(date +%s) - START) )); }
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_common.sh"   # say, left, timed
 family_opt() { [ -n "$FAMILIES" ] && echo "--family $FAMILIES"; }
 route_opt() { [ -n "$FI_ROUTES" ] && echo "--route $FI_ROUTES"; }
 CASES_FILE=$RES/cases.json
