@@ -210,6 +210,49 @@ def report_repros(args) -> None:
         print(f"repros: {slug}  {case_id}  {said}")
 
 
+# Every option that names a file or folder, by its argparse dest. Each is made absolute
+# against the folder the command was typed in, before any child (pytest, repro, a bisect
+# step, the report renderer) sees it: those run in the harness's checkout or the bisected
+# repository, where a relative path means another file.
+PATH_OPTIONS = ("cases_file", "case_json", "results", "results_dir", "html", "markdown",
+                "junitxml", "summary_json", "ledger", "output", "out", "out_dir", "repros",
+                "base", "head", "repo", "cache_dir")
+
+
+def _absolute(value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_absolute(v) for v in value)
+    if not isinstance(value, str) or not value:
+        return value
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def absolute_target(spec):
+    """`--target path/to/file.py[:func]` with the file made absolute; a registry name, an
+    alias, an entry point or `package.module:factory` unchanged."""
+    if not isinstance(spec, str) or not spec:
+        return spec
+    from harness import targets
+    if not targets._is_path(spec) or spec in targets.TARGETS:
+        return spec
+    try:
+        if spec in targets.aliases():
+            return spec
+    except targets.TargetLoadError:
+        pass   # the loader names the bad alias
+    where, sep, func = spec.partition(":")
+    return _absolute(where) + sep + func
+
+
+def resolve_paths(args) -> None:
+    """Every path option, absolute where the user typed it (PATH_OPTIONS)."""
+    for dest in PATH_OPTIONS:
+        if getattr(args, dest, None):
+            setattr(args, dest, _absolute(getattr(args, dest)))
+    if getattr(args, "target", None):
+        args.target = absolute_target(args.target)
+
+
 def _dispatch(args) -> int:
     if getattr(args, "_missing", None):
         print(f"{args.command}: {args._missing}", file=sys.stderr)
@@ -241,6 +284,7 @@ def main(argv=None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
         args.argv = argv   # check's --resume hint repeats the command as given
+        resolve_paths(args)
         code = _dispatch(args)
         sys.stdout.flush()   # a reader that went away (`| head`) shows here, not at exit
         return code

@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from harness.results.repro_command import repro_args
+from harness.tools.options import positive_seconds
 
 GOOD, BAD, SKIP = 0, 1, 125
 # repro's exit codes that say "this commit cannot answer", not "the case fails".
@@ -85,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=None, help="passed to repro at every step")
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter for the steps (default: this one, the venv's)")
-    parser.add_argument("--timeout", type=float, default=600.0,
+    parser.add_argument("--timeout", type=positive_seconds, default=600.0,
                         help="seconds per step; a step that runs longer is a bad commit (hang)")
     parser.add_argument("--cache-dir", default=None,
                         help="KERNELS_CACHE_DIR for every step (default: $KERNELS_CACHE_DIR "

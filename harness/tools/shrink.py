@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harness.model.case import Case, dtype_tag
-from harness.tools.options import DEFAULT_TARGET
+from harness.tools.options import DEFAULT_TARGET, count, positive_seconds
 from harness.results.repro_command import repro_args, typed
 
 LEGAL_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -163,6 +163,8 @@ def shrink(case: Case, step: Step, outcome: str | None = None, max_trials: int =
     if outcome is None:
         first = step(case)
         trials += 1
+        log(f"trial {trials}: the case as given -> "
+            f"{'invalid' if first is None else first[0] + (' (passes)' if first[1] else '')}")
         if first is None or first[1]:
             raise ValueError(f"{case.id}: the case does not fail ({first}); nothing to shrink")
         outcome = first[0]
@@ -263,12 +265,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "instead of the families")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--disable-guards", default=None, metavar="NAMES")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per trial (then: hang)")
-    parser.add_argument("--max-trials", type=int, default=200)
+    parser.add_argument("--timeout", type=positive_seconds, default=300.0,
+                        help="seconds per trial (then: hang)")
+    parser.add_argument("--max-trials", type=count(1), default=200)
     parser.add_argument("--out-dir", default=str(Path("results") / "shrunk"),
                         help="where the shrunk case's JSON file goes [results/shrunk under "
                              "the current folder, as check's tables]")
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every trial")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="kept for old scripts: every trial is printed anyway")
 
 
 def load_case_json(path: str) -> Case:
@@ -290,7 +294,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"shrink: {why}", file=sys.stderr)
         return 2
     step = subprocess_step(args.target, args.disable_guards, args.timeout)
-    log = (lambda s: print(s, file=sys.stderr)) if args.verbose else (lambda s: None)
+    # One line per trial as it ends: a shrink runs a process per trial, minutes in all, and
+    # a silent one reads as a hang.
+    print(f"shrink: {case.id}: up to {args.max_trials} trials, one process each "
+          f"(timeout {args.timeout:g} s)", file=sys.stderr, flush=True)
+
+    def log(line: str) -> None:
+        print(f"shrink: {line}", file=sys.stderr, flush=True)
     try:
         small, outcome, trials = shrink(case, step, max_trials=args.max_trials, log=log)
     except ValueError as e:
