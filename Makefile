@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 TARGET ?= bundled
 
-.PHONY: check test clean setup build amd-build-check nvidia-build-check browser-deps bench setup-vllm-cpu coverage
+.PHONY: check test test-all test-system clean setup build amd-build-check nvidia-build-check browser-deps bench setup-vllm-cpu coverage
 
 ARCH = $$($(PY) -c 'from harness.model.platform_info import arch; print(arch())')
 
@@ -76,8 +76,19 @@ browser-deps:
 	  (DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1) || \
 	  echo "browser-deps: chromium could not be installed; the browser test will skip"
 
-test: setup browser-deps
+# Two tiers (pyproject.toml's `system` marker): `make test` is the fast tier, every unit and
+# detection test with the engine in-process or in children forked from a warm process;
+# `make test-all` adds the system tier (real processes, signals, locks, xdist, compiles,
+# isolated scripts). CI runs both (.ci/run).
+test: setup
+	$(PY) -m pytest tests -n auto -q -m "not system" $(ARGS)
+
+test-all: setup browser-deps
 	$(PY) -m pytest tests -n auto -q $(ARGS)
+
+# The system tier alone: what `make test-all` adds to `make test` (CI runs the two in turn).
+test-system: setup browser-deps
+	$(PY) -m pytest tests -n auto -q -m system $(ARGS)
 
 # Speed figures as one table, also written to results/bench/; never fails on a number.
 # Quick by default (BENCH_QUICK=1, a few minutes on two cores); ARGS=--full for the whole matrix.
