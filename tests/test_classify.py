@@ -107,3 +107,72 @@ def test_a_crash_under_mps_says_it_may_be_another_workers_fault(tmp_path, monkey
     assert v.outcome == "crash" and not v.passed
     assert v.message.startswith("worker died: SIGFPE during run; the GPU was shared through "
                                 f"NVIDIA MPS ({tmp_path})")
+
+
+# A status prefix a library's messages carry (Target.message_prefix): not part of the reason.
+STATUS_PREFIX = r"\[\w+Error\] : \d+ : \w+ "
+
+
+def test_a_value_in_a_declared_prefix_is_not_the_reasons():
+    c = case("refuse", ("num_kv_heads", "1"))
+    error = RuntimeError("[LibError] : 1 : FAIL num_kv_heads does not divide num_qo_heads")
+    v = classify(c, error=error, message_prefix=STATUS_PREFIX)
+    assert (v.outcome, v.passed) == ("refused", False), v
+    assert "'1'" in v.message and "in its reason" in v.message
+    # The whole message is still on the row, prefix included.
+    assert "[LibError] : 1 : FAIL" in v.message
+    # Without a declared prefix the same text passes: the prefix is what made the difference.
+    assert classify(c, error=error).passed
+    # A reason that states the value passes with the prefix declared.
+    said = RuntimeError("[LibError] : 1 : FAIL num_kv_heads 1 does not divide num_qo_heads 3")
+    assert classify(c, error=said, message_prefix=STATUS_PREFIX).passed
+
+
+def test_a_prefix_that_does_not_match_leaves_the_message_whole():
+    c = case("refuse", ("head_dim", "128"))
+    v = classify(c, error=ValueError("head_dim: planned 128, given 64"),
+                 message_prefix=STATUS_PREFIX)
+    assert v.passed, v
+
+
+def _bare_assert_error():
+    from harness.targets.flaggems import LibraryAssertionError
+
+    class Out:
+        def stride(self, dim):
+            return 2
+
+    # Compiled here, not in this module: pytest rewrites a test module's asserts.
+    import linecache
+    source = "def library_call(out):\n    assert out.stride(-1) == 1\n"
+    linecache.cache["library_ops.py"] = (len(source), None, source.splitlines(True),
+                                         "library_ops.py")   # as if read from its file
+    scope: dict = {}
+    exec(compile(source, "library_ops.py", "exec"), scope)
+    try:
+        scope["library_call"](Out())
+    except AssertionError as error:
+        return LibraryAssertionError.from_assert(error)
+    raise AssertionError("the bare assert did not fire")
+
+
+def test_a_bare_assert_fails_clarity_its_quoted_line_is_context_only():
+    error = _bare_assert_error()
+    # The adapter quotes the statement, which names `out` and `1`: shown, never judged.
+    assert "out.stride(-1) == 1" in getattr(error, "adapter_context")
+    assert "out" not in str(error)
+    v = classify(case("refuse", ("out", "1")), error=error)
+    assert (v.outcome, v.passed) == ("refused", False), v
+    assert "'out', '1'" in v.message
+    assert "adapter context, not the library's words: `assert out.stride(-1) == 1`" in v.message
+    assert "at library_ops.py:2" in v.message
+
+
+def test_a_long_message_keeps_its_reason():
+    # A prefix and a C++ signature of ~2,500 characters, then the reason: the row keeps it.
+    long = "RuntimeError in " + "void kernel<" + "int, " * 500 + "> : q_stride must be 1"
+    c = case("refuse", ("q",))
+    v = classify(c, error=RuntimeError(long + ", q has stride 2"))
+    assert v.passed and v.message.endswith("q has stride 2"), v.message[-80:]
+    v = classify(case(), error=RuntimeError(long + ", q has stride 2"))
+    assert v.outcome == "unexpected_refusal" and v.message.endswith("q has stride 2")

@@ -191,7 +191,8 @@ def _execute(case: Case, target: Target, device: torch.device, buffers: Buffers,
             return done(unread, error_type=type(error).__name__)
         corruption = buffers.check()
         return done(classify(case, error=error, corruption=corruption,
-                             vocabulary=target.capabilities.vocabulary),
+                             vocabulary=target.capabilities.vocabulary,
+                             message_prefix=getattr(target, "message_prefix", None)),
                     error_type=type(error).__name__)
 
     unread = _unread(read)

@@ -14,7 +14,10 @@ Precedence, first rule that applies:
   refused            the library raised; `unexpected_refusal` when the case
                      does not allow a refusal. A refusal that does not name
                      each of case.refuse_words as a whole token keeps the
-                     outcome but fails (severity `clarity`).
+                     outcome but fails (severity `clarity`). Judged on the
+                     library's reason only: the prefix a target declares
+                     (Target.message_prefix) and an adapter's context
+                     (CONTEXT_ATTR) are shown, never judged.
   silent             the case must be refused and the library ran (its
                      values, when there is a reference, go in the message)
   wrong              an output differs from the reference beyond tolerance
@@ -72,7 +75,13 @@ def names_word(message: str, word: str) -> bool:
                          message, re.IGNORECASE) is not None
                for alt in word.split("|") if alt)
 
-_MAX_ERROR_TEXT = 300
+# A refusal's whole text is kept (the table bounds it generously): a library whose first few
+# hundred characters are a status prefix and a C++ signature states its reason after them,
+# and the row, the reports and `repro -v` must show that reason.
+_MAX_ERROR_TEXT = 4000
+# An adapter's own context for a library error (a bare assert's quoted source line and its
+# place): shown beside the message, never judged as the library's words.
+CONTEXT_ATTR = "adapter_context"
 
 
 @dataclass(frozen=True)
@@ -95,9 +104,36 @@ def _named(comparisons) -> list[tuple[str, Comparison]]:
     return out
 
 
-def error_text(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}"
+def _bounded(text: str) -> str:
     return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT - 3] + "..."
+
+
+def error_text(error: BaseException) -> str:
+    """`Type: message`, then the adapter's context beside it when it has one."""
+    text = f"{type(error).__name__}: {error}"
+    context = adapter_context(error)
+    if context:
+        text += f" [adapter context, not the library's words: {context}]"
+    return _bounded(text)
+
+
+def adapter_context(error: BaseException) -> str:
+    """What the adapter added to explain a library error (CONTEXT_ATTR), or ''."""
+    context = getattr(error, CONTEXT_ATTR, "")
+    return context.strip() if isinstance(context, str) else ""
+
+
+def reason_of(error: BaseException, message_prefix=None) -> str:
+    """The library's reason: its message with the prefix the target declares its messages
+    carry (a status code, a source path: Target.message_prefix, a regex matched at the start)
+    taken off. Only this text is judged: a value counts only where the reason states it."""
+    text = str(error)
+    if message_prefix:
+        pattern = re.compile(message_prefix) if isinstance(message_prefix, str) else message_prefix
+        match = pattern.match(text)
+        if match:
+            text = text[match.end():]
+    return text
 
 
 def _verdict(case: Case, outcome: str, message: str) -> Verdict:
@@ -115,7 +151,8 @@ def in_their_words(word: str, vocabulary: Mapping | None) -> str:
 
 def classify(case: Case, *, error: BaseException | None = None,
              comparisons: Iterable = (), corruption: Iterable[str] = (),
-             skip_reason: str | None = None, vocabulary: Mapping | None = None) -> Verdict:
+             skip_reason: str | None = None, vocabulary: Mapping | None = None,
+             message_prefix=None) -> Verdict:
     if skip_reason is not None:
         return Verdict("skipped", True, skip_reason)
     corruption = list(corruption)
@@ -125,11 +162,13 @@ def classify(case: Case, *, error: BaseException | None = None,
         text = error_text(error)
         if "refused" not in case.allowed():
             return _verdict(case, "unexpected_refusal", text)
+        reason = reason_of(error, message_prefix)
         missing = [w for w in case.refuse_words
-                   if not names_word(str(error), in_their_words(w, vocabulary))]
+                   if not names_word(reason, in_their_words(w, vocabulary))]
         if missing:
+            where = " in its reason" if reason != str(error) else ""
             return Verdict("refused", False, f"refusal does not name "
-                           f"{', '.join(repr(w) for w in missing)} as a word: {text}")
+                           f"{', '.join(repr(w) for w in missing)} as a word{where}: {text}")
         return _verdict(case, "refused", text)
     summary = summarize(_named(comparisons))
     if case.expect == "refuse":

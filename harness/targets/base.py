@@ -45,6 +45,10 @@ class Target:
     # writing past its buffers: each such case then runs in a child forked from its worker
     # (on the CPU), so a heap it corrupts cannot crash the innocent cases run after it.
     fork_each: frozenset = frozenset()
+    # A regex matched at the start of the library's error messages: the prefix they carry
+    # (a status code such as `[...Error] : 1 : FAIL`, a source path) that is not part of
+    # the reason. A refusal is judged on the text after it (harness/model/classify.py).
+    message_prefix: str | None = None
 
     def cases(self, families=None, profile: str = "ci") -> list:
         """The families' cases on this target's routes (a target may add its own)."""
