@@ -123,6 +123,11 @@ class Run:
             self._target = load_target(self.opt("target"))
         return self._target
 
+    def identity(self) -> dict:
+        """The library under test as the table's name says it (engine/identity.py)."""
+        from harness.engine import identity
+        return identity.describe(self.target(), self.opt("target"))
+
     def timeout_for(self, case) -> float:
         return isolation.case_timeout(dict(case.params), self.opt("case_timeout")) * self.repeat()
 

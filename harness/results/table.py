@@ -43,6 +43,8 @@ COLUMNS = (
     # o's and lse's own max |diff|, tolerance and max |diff| / tolerance (null when that output
     # was not compared; tables written before them lack them). max_abs_diff is the max of both.
     *PER_OUTPUT_COLUMNS,
+    # the harness's own commit (the table's name carries the library's: engine/identity.py)
+    "harness_commit",
 )
 ISOLATION = ("", "culprit", "victim", "alone")
 # Columns a table may carry besides COLUMNS: a shrunk case's file, a rerun's flakiness and
@@ -100,12 +102,15 @@ def results_path(target: str, arch: str, commit: str, root: str | os.PathLike = 
 
 
 def default_results_path(target: str, selection: str = "", root: str | os.PathLike | None = None,
-                         arch: str | None = None) -> Path:
+                         arch: str | None = None, commit: str | None = None) -> Path:
     """Where a run's table goes: under ./results (or root), keyed by target, arch (this
     machine's unless given: `harness check`'s parent takes its child's, to load no torch),
-    commit and, for a partial run, what it selected."""
+    the library's commit (`harness check` passes it from its child's report; without it, a
+    plain pytest run, this checkout's) and, for a partial run, what it selected."""
     from harness.model import platform_info
-    return results_path(target, arch or platform_info.arch(), platform_info.repo_commit(),
+    if commit is None:
+        commit = platform_info.repo_commit()
+    return results_path(target, arch or platform_info.arch(), commit,
                         Path(root) if root is not None else Path.cwd() / RESULTS_DIR, selection)
 
 
@@ -391,6 +396,7 @@ _FLOATS = ("max_abs_diff", "duration_s", "tolerance", "baseline_error", "rel_err
 SCHEMA: dict[str, tuple] = {
     **{c: (_is_str, "a string or null") for c in (
         "run_id", "timestamp", "platform", "target_version", "library_commit", "build_hash",
+        "harness_commit",
         "route", "family", "expect", "message", "error_type", "stage", "severity", "worker",
         "profile", "case_json", "ledger")},
     "arch": (_is_safe, f"a name matching {SAFE_NAME.pattern}, or null"),

@@ -140,4 +140,8 @@ def load_target(spec: str) -> Target:
     if not isinstance(target, Target):
         raise TargetLoadError(f"--target {spec}: the factory returned {type(target).__name__}, "
                               f"not a harness.targets.Target")
+    try:   # where the adapter came from: the library's commit is read there (engine/identity.py)
+        target.harness_spec = spec
+    except AttributeError:
+        pass
     return target

@@ -344,14 +344,49 @@ def selection_of(args) -> str:
                                 args.profile)
 
 
-def results_of(args, arch: str | None = None) -> Path:
+def library_name(args, report: dict | None = None) -> tuple[str, str | None]:
+    """(the target's declared name, the library's commit or version) that name its tables,
+    from the held child's report (engine/identity.py); a report without them (an older
+    plugin) gives the spec's label and this checkout's commit."""
+    report = report or {}
+    if report.get("target_name"):
+        from harness.engine.identity import table_key
+        return str(report["target_name"]), table_key(report)
+    from harness.targets import label
+    return label(args.target), None
+
+
+def results_of(args, arch: str | None = None, report: dict | None = None) -> Path:
     """The table's path: --results, or the default one under --results-dir (or ./results),
-    named by target, arch (the held child's, when given), commit and selection."""
+    named by the library (its declared name), arch (the held child's, when given), the
+    library's commit and the selection."""
     if args.results:
         return Path(args.results).resolve()
     from harness.results import table
-    from harness.targets import label
-    return table.default_results_path(label(args.target), selection_of(args), args.results_dir, arch)
+    name, key = library_name(args, report)
+    return table.default_results_path(name, selection_of(args), args.results_dir, arch, key)
+
+
+def replacing_note(results: Path, expected: set) -> str | None:
+    """One line when this run will replace a table that holds rows: whose, and whether they
+    are of another selection (a different set of cases); None when there is none."""
+    from harness.results import table
+    try:
+        rows = table.read_rows(results, torn_note=lambda _: None) if results.exists() else []
+    except (OSError, ValueError):
+        return None   # a table that cannot be read is replaced whole; the run says nothing new
+    if not rows:
+        return None
+    ids = {r["case_id"] for r in rows}
+    runs = sorted({str(r.get("run_id") or "?") for r in rows})
+    whose = f"{len(rows)} rows of run {', '.join(runs[:2])}" + (" ..." if len(runs) > 2 else "")
+    if ids == expected:
+        return f"replacing {results} ({whose}, the same cases); --resume continues it instead"
+    gone = sorted(ids - expected)
+    return (f"replacing {results}, a table of another selection ({whose}; "
+            f"{len(gone)} of its cases are not in this run"
+            + (f", e.g. {gone[0]}" if gone else "") + f", {len(expected - ids)} of this run's "
+            f"are not in it); --results FILE writes this run elsewhere")
 
 
 def cmd_check(args) -> int:
@@ -388,7 +423,8 @@ def _cmd_check(args, held: list) -> int:
     try:
         report = child.report()
         why = _check_run(args, report)
-        results = None if why or report is None else results_of(args, report.get("arch"))
+        results = None if why or report is None else results_of(args, report.get("arch"),
+                                                                  report)
         why = why or (results_folder_error(results) if results is not None else None)
         if results is not None and not why:
             # Held for this process's life, before the child may write: a second run on the
@@ -414,6 +450,12 @@ def _cmd_check(args, held: list) -> int:
         return EXIT_USAGE
     if report is None:   # it ended before it could say what the run is: pytest's own error
         return child_failed(child)
+    if report.get("library_commit") == "unknown":   # said once, before the run
+        print(f"check: the library's commit is unknown ({report.get('commit_source')}); its "
+              f"table is named {results.name}", file=sys.stderr)
+    note = None if args.resume else replacing_note(results, args.expected_ids)
+    if note:
+        print(f"check: {note}", file=sys.stderr)
     rc = run_check_child(child, args, results, args.expected_ids)
     if rc is None:  # Ctrl-C: what is kept and how to go on are said already
         return EXIT_USAGE
@@ -428,8 +470,7 @@ def _cmd_check(args, held: list) -> int:
         df = table.load_table(results)
         selection = selection_of(args)
         if not args.results and not selection and len(df):
-            from harness.targets import label
-            table.copy_latest(results, label(args.target), str(df["arch"].iloc[-1]))
+            table.copy_latest(results, library_name(args, report)[0], str(df["arch"].iloc[-1]))
     except (OSError, ValueError) as e:
         print(f"check: {e}", file=sys.stderr)
         return EXIT_USAGE
