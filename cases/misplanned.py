@@ -1,6 +1,10 @@
 """misplanned: the metadata disagrees with the tensors, and plans that fail (seed 002).
 
-The batch description (plan() where the library has one; the metadata tensors and
+The relations are derived from the call signature (harness/model/relations.py RELATIONS:
+every count planned vs given in both directions, every index within what it indexes, every
+length within what holds it, every offset list consistent, every stated maximum against the
+lengths), one case per relation and op; a case reaches the targets whose signature carries
+its field (harness/model/signature.py). The batch description (plan() where the library has one; the metadata tensors and
 arguments of one call where it does not) states the problem; the tensors disagree with it
 in one field (harness/model/capabilities.py METADATA_FIELDS names them; each adapter's
 mismatch module performs them). Each must be refused naming the field. Before the fix these
@@ -36,6 +40,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
+from harness.model import relations
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -43,9 +48,9 @@ FAMILY = "misplanned"
 OPS = ("paged_prefill", "ragged_prefill", "batch_decode")
 
 DTYPES = ("bf16", "fp16", "fp32")
-TORCH_NAME = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+TORCH_NAME = relations.TORCH_NAME
 # The dtype a dtype mismatch hands run(): another one of the three.
-OTHER_DTYPE = {"bf16": "fp16", "fp16": "bf16", "fp32": "bf16"}
+OTHER_DTYPE = relations.OTHER_DTYPE
 _BASE = {"dtype": "bf16", "head_dim": 128, "num_qo_heads": 8, "num_kv_heads": 2,
          "window_left": -1, "return_lse": True}
 PROBLEMS = {
@@ -56,72 +61,38 @@ PROBLEMS = {
                      "page_size": 16, "layout": "NHD", "cache_form": "tuple"},
 }
 
-def _rows(p):
-    return sum(p["qo_lens"])
+_rows = relations.rows
+_blocks_wide = relations.blocks_wide
+_pool_blocks = relations.pool_blocks
 
-
-# (variant, field, run() value, expect, the word the refusal names, the planned value).
-# Values are functions of the problem's params where they depend on it. A refusal must
-# name the field, the planned value and the given one.
-MISMATCHES = (
-    ("num_qo_heads", "num_qo_heads", 4, "refuse", "num_qo_heads", lambda p: p["num_qo_heads"]),
-    ("num_kv_heads", "num_kv_heads", 1, "refuse", "num_kv_heads", lambda p: p["num_kv_heads"]),
-    ("head_dim_qk", "head_dim_qk", 64, "refuse", "head_dim_qk", lambda p: p["head_dim"]),
-    ("head_dim_vo", "head_dim_vo", 64, "refuse", "head_dim_vo", lambda p: p["head_dim"]),
-    ("page_size", "page_size", 8, "refuse", "page_size", lambda p: p["page_size"]),
-    ("rank", "rank", 2, "refuse", "rank", lambda p: 3),
-    ("q_rows_fewer", "q_rows", lambda p: _rows(p) - 1, "refuse", "rows", _rows),
-    ("q_rows_padded", "q_rows", lambda p: _rows(p) + 5, "match", "", None),
-    ("kv_rows_fewer", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", "kv_rows",
-     lambda p: sum(p["kv_lens"])),
-    # The fields above that move k and v together, each moved alone (ONLY says which).
-    ("num_kv_heads_k", "num_kv_heads", 1, "refuse", "num_kv_heads", lambda p: p["num_kv_heads"]),
-    ("num_kv_heads_v", "num_kv_heads", 1, "refuse", "num_kv_heads", lambda p: p["num_kv_heads"]),
-    ("kv_rows_fewer_k", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", "kv_rows",
-     lambda p: sum(p["kv_lens"])),
-    ("kv_rows_fewer_v", "kv_rows", lambda p: sum(p["kv_lens"]) - 1, "refuse", "kv_rows",
-     lambda p: sum(p["kv_lens"])),
-    ("dtype", "dtype", lambda p: OTHER_DTYPE[p["dtype"]], "refuse", "dtype",
-     lambda p: TORCH_NAME[p["dtype"]]),
-    # Fields of a batch described by metadata tensors (a vLLM-shaped call): the count the
-    # metadata states against the tensors, each index within what it indexes, each length
-    # within what holds it, each offset list consistent with the rows.
-    ("batch_size", "batch_size", lambda p: len(p["qo_lens"]) + 1, "refuse", "batch_size",
-     lambda p: len(p["qo_lens"])),
-    ("kv_lens_past_table", "kv_lens", lambda p: (_blocks_wide(p) + 1) * p["page_size"],
-     "refuse", "kv_lens", None),
-    ("block_table_past_pool", "block_table", lambda p: _pool_blocks(p) + 7, "refuse",
-     "block_table", None),
-    ("query_start_loc_short", "query_start_loc", lambda p: _rows(p) - 1, "refuse",
-     "query_start_loc", _rows),
-)
-
+# (variant, field, run() value, expect, the word the refusal names, the planned value): the
+# relations the call signature derives (harness/model/relations.py RELATIONS, each with its
+# reason), as the rows explore and shrink read. A refusal must name the field, the planned
+# value and the given one. `query_start_loc_short` is retired: q with more rows than the
+# offsets' last entry is the padding q_rows_padded already asks to match (one input, one
+# contract); `query_start_loc_past` is the offsets' last entry past q's rows.
+MISMATCHES = tuple((r.variant, r.field, r.value, r.expect, r.word, r.planned)
+                   for r in relations.RELATIONS)
 
 # Variants that move one side of a k/v pair alone: mismatch["only"] names it.
-ONLY = {"num_kv_heads_k": "k", "num_kv_heads_v": "v", "kv_rows_fewer_k": "k",
-        "kv_rows_fewer_v": "v"}
-
-
-def _blocks_wide(p) -> int:
-    """The block table's width: the most blocks any request holds."""
-    return max(-(-k // p["page_size"]) for k in p["kv_lens"])
-
-
-def _pool_blocks(p) -> int:
-    """Blocks in the pool: every request's, plus the one spare past them."""
-    return sum(-(-k // p["page_size"]) for k in p["kv_lens"]) + 1
+ONLY = {r.variant: r.only for r in relations.RELATIONS if r.only}
 # Batch decode plans one query row per request: its row count is the batch size.
 WORD_BY_OP = {("batch_decode", "rows"): "batch_size"}
+_PAGED_FIELDS = {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
+                 "rank", "q_rows", "dtype", "batch_size", "kv_lens", "block_table",
+                 "query_start_loc", "last_page_len", "max_seqlen_q", "max_seqlen_k"}
 APPLIES = {
-    "paged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
-                      "rank", "q_rows", "dtype", "batch_size", "kv_lens", "block_table",
-                      "query_start_loc"},
+    "paged_prefill": _PAGED_FIELDS,
     "ragged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "rank",
-                       "q_rows", "kv_rows", "dtype"},
-    "batch_decode": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
-                     "rank", "q_rows", "dtype", "batch_size", "kv_lens", "block_table",
-                     "query_start_loc"},
+                       "q_rows", "kv_rows", "dtype", "query_start_loc", "max_seqlen_q",
+                       "max_seqlen_k"},
+    "batch_decode": _PAGED_FIELDS,
 }
+
+
+def applies(op: str, variant: str) -> bool:
+    r = relations.BY_VARIANT[variant]
+    return r.field in APPLIES[op] and (r.ops is None or op in r.ops)
 
 
 def _tag(p) -> str:
@@ -149,16 +120,13 @@ def mismatch_case(route: str, variant: str, params: dict, tag: str) -> Case:
     stated and the value given), tag and needs are derived from params alone, so a shrunk
     case gets them rebuilt by the same code."""
     op = op_of(route)
-    spec = {v: (f, val, e, w, pl) for v, f, val, e, w, pl in MISMATCHES}[variant]
-    field, _, expect, word, planned = spec
-    value = params["mismatch"]["value"]
-    words = ()
-    if expect == "refuse":
-        given = TORCH_NAME[value] if field == "dtype" else value
-        words = (WORD_BY_OP.get((op, word), word),) + (
-            (str(planned(params)),) if planned is not None else ()) + (str(given),)
+    r = relations.BY_VARIANT[variant]
+    words = relations.refuse_words(r, params, params["mismatch"]["value"])
+    if words:
+        words = (WORD_BY_OP.get((op, words[0]), words[0]),) + words[1:]
+    expect = r.expect
     return Case(route=route, family=FAMILY, variant=variant, params=params, expect=expect,
-                refuse_words=words, tag=tag, requires=(f"metadata.{field}",))
+                refuse_words=words, tag=tag, requires=(f"metadata.{r.field}",))
 
 
 def rebuild(case: Case, params: dict) -> Case:
@@ -186,11 +154,11 @@ def cases(routes) -> Iterator[Case]:
         for dtype in DTYPES:
             base = {**_BASE, **PROBLEMS[op], "dtype": dtype}
             tag = _tag(base)
-            for variant, field, value, expect, word, planned in MISMATCHES:
-                if field not in APPLIES[op]:
+            for r in relations.RELATIONS:
+                if not applies(op, r.variant):
                     continue
-                value = value(base) if callable(value) else value
-                mismatch = {"field": field, "value": value}
+                variant = r.variant
+                mismatch = {"field": r.field, "value": r.value_for(base)}
                 if variant in ONLY:
                     mismatch["only"] = ONLY[variant]
                 params = {**base, "mismatch": mismatch}

@@ -55,6 +55,10 @@ METADATA_FIELDS = {
     "kv_lens": "a request's kv length, against what its block-table row holds",
     "block_table": "a block-table entry, against the pool of blocks it indexes",
     "query_start_loc": "the query offsets' last entry, against q's rows",
+    # Added with the call signature (harness/model/signature.py, relations.py).
+    "last_page_len": "a request's last-page length, against 1..page_size",
+    "max_seqlen_q": "the stated maximum query length, against the longest request",
+    "max_seqlen_k": "the stated maximum kv length, against the longest request",
 }
 # "out": the caller hands the output buffer (out=, lse=); "lse": the LSE can be returned.
 CALL_FORMS = frozenset({"out", "lse"})
@@ -76,8 +80,19 @@ class Capabilities:
     # {abstract field: the call that consumes it}; {our field: the library's names for it}
     metadata: Mapping = field(default_factory=dict)
     vocabulary: Mapping = field(default_factory=dict)
+    # The library's call signature (harness/model/signature.py): metadata and vocabulary are
+    # derived from it and merged with any declared beside it.
+    signature: object = None
 
     def __post_init__(self):
+        if self.signature is not None:
+            from harness.model.signature import Signature, merge_vocabulary
+            if not isinstance(self.signature, Signature):
+                raise ValueError(f"Capabilities.signature: a harness.model.signature.Signature, "
+                                 f"got {type(self.signature).__name__}")
+            object.__setattr__(self, "metadata", {**self.signature.metadata(), **self.metadata})
+            object.__setattr__(self, "vocabulary", merge_vocabulary(
+                self.signature.vocabulary(), self.vocabulary))
         unknown = set(self.features) - FEATURES
         if unknown:
             raise ValueError(f"Capabilities.features: unknown {sorted(unknown)}; known {sorted(FEATURES)}")

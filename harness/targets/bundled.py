@@ -27,12 +27,11 @@ from typing import Mapping
 
 import torch
 
-from harness.model.capabilities import FEATURES, Capabilities
-from harness.model.routes import BUNDLED_ROUTES, OPS as ALL_OPS
+from harness.model.routes import BUNDLED_ROUTES
 from harness.targets.plan_run import dispatch
 from harness.targets.base import Skip, Target
 from harness.targets.plan_run.call import Call
-from harness.targets.plan_run.mismatch import PLAN_METADATA
+from harness.targets.descriptors import bundled as descriptor
 
 
 def _kernels():
@@ -76,7 +75,8 @@ class BundledTarget(Target):
     name = "bundled"
     owns_contract = True
     routes = BUNDLED_ROUTES
-    capabilities = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES, metadata=PLAN_METADATA)
+    capabilities = descriptor.CAPABILITIES
+    signature = descriptor.SIGNATURE
 
     def validate_options(self, disable_guards: str | None = None) -> None:
         """--disable-guards names guards the library has (or `all`)."""

@@ -54,8 +54,11 @@ mismatch (a library without plan()): the metadata (cu_seqlens, seqused_k,
 max_seqlen_*) describes the problem and the tensors disagree with it in one
 field, the same perturbations the bundled adapter applies
 (harness/targets/plan_run/mismatch.py): q heads, q/k head_dim, v head_dim,
-rank, q rows, ragged kv rows, q dtype. num_kv_heads and page_size have no
-analogue: no argument states either, so a cache with other heads or pages is
+rank, q rows, ragged kv rows, q dtype; and the metadata itself bent against the
+tensors (bend_metadata): seqused_k negative or past its block-table row, a block id
+negative or past the cache, cu_seqlens_q's first entry negative, decreasing or its last
+past q's rows, max_seqlen_q/k below (and above) the lengths. num_kv_heads and page_size
+have no analogue: no argument states either, so a cache with other heads or pages is
 another valid problem the call cannot tell apart, and such a case is skipped.
 
 Refusals. FlagGems checks its inputs with `assert`. The engine treats an
@@ -73,35 +76,20 @@ from typing import Any, Mapping
 import torch
 
 from harness.model.builders import CANARY_ELEMS
-from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target, device_platform
 from harness.targets.case_calls import CaseCalls, first_rows
+from harness.targets.descriptors import flaggems as descriptor
 from harness.targets.layout import block_table, build_paged, to_layout
 from harness.targets.plan_run.mixed import decode_first
 from harness.targets.plan_run.mismatch import perturb, perturb_ragged, planned_rows, short_rows
 
-BACKEND = "fg"
-OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
-       "batch_decode", "mixed_batch")
-ROUTES = tuple(f"{BACKEND}.{op}" for op in OPS)
-
-# fp16/bf16 only (it asserts so); head_size a multiple of 8 up to 256 (it asserts both);
-# the caller's out= and the returned LSE; no plan()/run(), no CUDA-graph wrapper, no
-# partial-state merge, no caller-set KV split.
-CAPABILITIES = Capabilities(
-    ops=frozenset(OPS),
-    dtypes=frozenset({"fp16", "bf16"}),
-    head_dims=frozenset(range(8, 257, 8)),
-    layouts=frozenset({"NHD", "HND"}),
-    call_forms=frozenset({"out", "lse"}),
-    # flash-attn's softcap and alibi_slopes ([Hq] fp32, bottom-right positions, the q head's).
-    features=frozenset({"softcap", "alibi"}),
-    # One call, no plan(): cu_seqlens, seqused_k and max_seqlen_* describe the batch, and
-    # the tensors handed with them may disagree (num_kv_heads and page_size: no argument
-    # states them, see _MISMATCH_NO_ANALOGUE).
-    metadata={f: "flash_attn_varlen_func" for f in (
-        "num_qo_heads", "head_dim_qk", "head_dim_vo", "rank", "q_rows", "kv_rows", "dtype")},
-)
+BACKEND = descriptor.BACKEND
+OPS = descriptor.OPS
+ROUTES = descriptor.ROUTES
+# The descriptor (harness/targets/descriptors/flaggems.py) declares the signature: q/k/v,
+# cu_seqlens_q/k, seqused_k, block_table, max_seqlen_q/k; num_kv_heads and page_size have
+# no argument that states them (see _MISMATCH_NO_ANALOGUE).
+CAPABILITIES = descriptor.CAPABILITIES
 
 # Params with no analogue in flash_attn_varlen_func.
 _NO_ANALOGUE = {
@@ -151,6 +139,30 @@ def _assert_site(error: BaseException) -> tuple[str, str]:
     cut = path.rfind("flag_gems")
     short = path[cut:] if cut >= 0 else path.rsplit("/", 1)[-1]
     return f"{short}:{last.lineno}", (last.line or "").strip()
+
+
+def bend_metadata(c, name: str, values):
+    """The metadata argument `name` ("cu_seqlens_q", "seqused_k", "block_table",
+    "max_seqlen_q", "max_seqlen_k") as the case hands it: the problem's, bent where the
+    case's mismatch field lives in it (harness/model/relations.py)."""
+    mm = c.mismatch or {}
+    field, n = mm.get("field"), mm.get("value")
+    if field is None or _BENDS.get(field) != name:
+        return values
+    if name in ("max_seqlen_q", "max_seqlen_k"):
+        return int(n)
+    if name == "cu_seqlens_q" and isinstance(n, list):
+        return [int(x) for x in n]
+    if name == "block_table":
+        row = values[-1]
+        return values[:-1] + [[int(n)] + row[1:]]
+    return values[:-1] + [int(n)]
+
+
+# Which argument each metadata field the descriptor performs lives in.
+_BENDS = {"query_start_loc": "cu_seqlens_q", "kv_lens": "seqused_k",
+          "block_table": "block_table", "max_seqlen_q": "max_seqlen_q",
+          "max_seqlen_k": "max_seqlen_k"}
 
 
 def window_size(causal: bool, window_left: int) -> tuple[int, int]:
@@ -211,7 +223,8 @@ class FgCall(CaseCalls):
         self.buffers.stage("run")
         try:
             res = self.fn(
-                q, k, v, max(p.qo_lens), cu_seqlens_q, max(p.kv_lens),
+                q, k, v, bend_metadata(self, "max_seqlen_q", max(p.qo_lens)), cu_seqlens_q,
+                bend_metadata(self, "max_seqlen_k", max(p.kv_lens)),
                 cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k, block_table=table,
                 softmax_scale=self.sm_scale, causal=p.causal,
                 window_size=window_size(p.causal, p.window_left),
@@ -270,11 +283,21 @@ def ragged_prefill(c: FgCall) -> dict:
     if c.layout != "NHD":
         raise Skip("ragged k/v are token-major (NHD) only")
     _check_head_dims(c)
-    q, k, v = perturb_ragged(c, p.q_packed(), p.k_packed(), p.v_packed())
+    q, k, v = p.q_packed(), p.k_packed(), p.v_packed()
+    if _BENDS.get((c.mismatch or {}).get("field")) is None:
+        q, k, v = perturb_ragged(c, q, k, v)
     q, k, v = c.views.input("q", q), c.views.input("k", k), c.views.input("v", v)
-    cu_q = c.index("qo_indptr", p.qo_indptr.tolist())
+    _no_table(c)
+    cu_q = c.index("qo_indptr", bend_metadata(c, "cu_seqlens_q", p.qo_indptr.tolist()))
     cu_k = c.index("kv_indptr", p.kv_indptr.tolist())
     return c.call(q, k, v, cu_q, cu_seqlens_k=cu_k)
+
+
+def _no_table(c: FgCall) -> None:
+    """A dense (ragged) call has no seqused_k or block_table to bend."""
+    field = (c.mismatch or {}).get("field")
+    if _BENDS.get(field) in ("seqused_k", "block_table"):
+        raise Skip(f"mismatch field {field!r}: a dense call passes no {_BENDS[field]}")
 
 
 def _cache_views(c: FgCall, cache, form: str):
@@ -298,12 +321,15 @@ def paged(c: FgCall, decode: bool) -> dict:
     kv = build_paged(p, int(c.params.get("page_size", 16)), c.layout,
                      c.params.get("page_order", "shuffled"),
                      int(c.params.get("page_id_offset", 0)), c.case.seed)
-    q, cache = perturb(c, p.q_packed(), kv.cache(form))
+    q, cache = p.q_packed(), kv.cache(form)
+    if _BENDS.get((c.mismatch or {}).get("field")) is None:
+        q, cache = perturb(c, q, cache)
     q = c.views.input("q", q)
     k, v = _cache_views(c, cache, form)
-    cu_q = c.index("qo_indptr", p.qo_indptr.tolist())
-    seqused = c.index("seq_lens", p.kv_lens)
-    table = c.index("block_table", block_table(kv, p.batch_size))
+    cu_q = c.index("qo_indptr", bend_metadata(c, "cu_seqlens_q", p.qo_indptr.tolist()))
+    seqused = c.index("seq_lens", bend_metadata(c, "seqused_k", list(p.kv_lens)))
+    table = c.index("block_table", bend_metadata(c, "block_table",
+                                                 block_table(kv, p.batch_size)))
     return c.call(q, k, v, cu_q, seqused_k=seqused, table=table)
 
 

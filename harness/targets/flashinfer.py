@@ -39,23 +39,17 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.model.capabilities import Capabilities
 from harness.targets.plan_run import dispatch
 from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import to_layout
 from harness.targets.plan_run.call import Call
-from harness.targets.plan_run.mismatch import PLAN_METADATA
+from harness.targets.descriptors import flashinfer as descriptor
 from harness.targets.plan_run.merge import check_splits, cut, merged
 
 LN2 = math.log(2.0)
 WORKSPACE_BYTES = 128 << 20     # FlashInfer's recommended float workspace
 
-ROUTES_FA2 = (
-    "fi_fa2.single_prefill", "fi_fa2.single_decode", "fi_tc.single_decode",
-    "fi_fa2.paged_prefill", "fi_fa2.ragged_prefill",
-    "fi_fa2.batch_decode", "fi_tc.batch_decode", "fi.merge_state",
-)
-ROUTES_FA3 = ("fi_fa3.single_prefill", "fi_fa3.paged_prefill", "fi_fa3.ragged_prefill")
+ROUTES_FA2, ROUTES_FA3 = descriptor.ROUTES_FA2, descriptor.ROUTES_FA3
 
 INSTALL_HINT = ("the flashinfer target needs FlashInfer's Python package and a GPU it runs on: "
                 "`pip install flashinfer-python` on a machine with a CUDA GPU (or the ROCm port "
@@ -222,11 +216,8 @@ class FlashInferTarget(Target):
                       r"|Check failed: \(.*?\) is false: )")
     # plan()/run() wrappers with CUDA-graph caller buffers, fp16/bf16 only; its planner
     # picks its own KV split and its paged run() merges no partial state.
-    capabilities = Capabilities(ops=frozenset(OPS), dtypes=frozenset({"fp16", "bf16"}),
-                                features=frozenset({"plan_run", "graphs", "restage", "softcap",
-                                                    "fp8_kv", "custom_mask",
-                                                    "multi_token_decode"}),
-                                metadata=PLAN_METADATA)
+    capabilities = descriptor.CAPABILITIES
+    signature = descriptor.SIGNATURE
 
     def __init__(self, fi, device: torch.device, routes: tuple[str, ...]):
         self.fi = fi

@@ -48,7 +48,7 @@ from typing import Callable, Mapping
 import torch
 import torch.nn.functional as F
 
-from harness.model.capabilities import Capabilities
+from harness.targets.descriptors import torch_sdpa as descriptor
 from harness.targets.base import Skip, Target, device_platform
 from harness.targets.layout import Views, to_layout
 
@@ -235,8 +235,8 @@ class SdpaTarget(Target):
     # No out= buffer, no plan(): the LSE comes from each backend's own op where it has one.
     # Of the features only ALiBi has SDPA's form, an additive float mask; a soft cap is a
     # function of the logits (no bias can be it) and a sink is no key's.
-    capabilities = Capabilities(ops=frozenset(OPS), call_forms=frozenset({"lse"}),
-                                features=frozenset({"alibi"}))
+    capabilities = descriptor.CAPABILITIES
+    signature = descriptor.SIGNATURE
 
     @property
     def routes(self) -> tuple[str, ...]:

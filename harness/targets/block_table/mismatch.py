@@ -16,7 +16,12 @@ computes plausible numbers, so the harness sees `silent`, not a lucky NaN):
   batch_size     the metadata call states n requests; the tensors describe the problem's
   kv_lens        the last request's seq_len is n, past what its block-table row holds
   block_table    the last request's first block id is n, past the pool of blocks
-  query_start_loc  its last entry is n, short of q's rows
+  query_start_loc  its last entry is n (a list n: the whole offsets, its first entry
+                 negative or an entry decreasing)
+
+Both directions where one exists (harness/model/relations.py RELATIONS): heads, kv heads
+and the batch size stated above and below the tensors'; a block id negative, one past and
+far past the pool; a kv length negative and past its block-table row.
 """
 from __future__ import annotations
 
@@ -64,7 +69,8 @@ def perturb(batch: BlockBatch, mismatch) -> BlockBatch:
         row = batch.block_table[-1]
         batch.block_table = batch.block_table[:-1] + [[int(n)] + row[1:]]
     elif field == "query_start_loc":
-        batch.query_start_loc = batch.query_start_loc[:-1] + [int(n)]
+        batch.query_start_loc = ([int(x) for x in n] if isinstance(n, list)
+                                 else batch.query_start_loc[:-1] + [int(n)])
     else:
         raise Skip(f"mismatch field {field!r} has no analogue in a block-table batch")
     return batch

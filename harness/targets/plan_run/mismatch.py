@@ -19,8 +19,15 @@ Fields (params["mismatch"] = {"field": f, "value": n}):
   kv_rows        ragged k and v with n rows
   dtype          q cast to n ("fp16" | "bf16" | "fp32")
 
-A field that moves k and v together (num_kv_heads, kv_rows) moves one of them alone when
-params["mismatch"]["only"] is "k" or "v" (the other keeps the planned shape).
+and, in the index tensors plan() reads (index_values):
+  query_start_loc  qo_indptr's last entry n (a list n: the whole offsets)
+  last_page_len    the last request's last-page length n
+  block_table      the last request's first page id n in kv_indices (negative, one past
+                   and far past the pool)
+
+A field that moves k and v together (num_kv_heads, kv_rows, page_size) moves one of them alone
+when params["mismatch"]["only"] is "k" or "v" (the other keeps the planned shape); dtype with
+"only" casts that one of the (k, v) cache or ragged k / v, not q (cases/pair_fields.py).
 """
 from __future__ import annotations
 
@@ -34,6 +41,10 @@ from harness.targets.base import Skip
 PLAN_METADATA = {f: "plan" for f in ("num_qo_heads", "num_kv_heads", "head_dim_qk",
                                      "head_dim_vo", "page_size", "rank", "q_rows", "kv_rows",
                                      "dtype")}
+# The index-tensor fields this core bends too (index_values), for a signature's metadata.
+INDEX_FIELDS = {"query_start_loc": "qo_indptr", "last_page_len": "last_page_len",
+                "block_table": "kv_indices"}
+FIELDS = tuple(PLAN_METADATA) + tuple(INDEX_FIELDS)
 
 
 def _resize(t: torch.Tensor, dim: int, n: int) -> torch.Tensor:
@@ -74,6 +85,36 @@ def _q(c, q: torch.Tensor, field, n):
     if field == "dtype":
         return q.to(DTYPES[n])
     return None
+
+
+def index_values(c, name: str, values, indptr=None) -> list:
+    """The values of index tensor `name` ("qo_indptr", "last_page_len", "kv_indices") plan()
+    is handed: the case's, bent where the mismatch's field lives in this tensor. indptr: a
+    paged route's kv_indptr (where the last request's pages start in kv_indices)."""
+    field, n = _field(c)
+    if INDEX_FIELDS.get(field) != name:
+        return values                 # untouched (a large pool stays as the layout made it)
+    values = [int(x) for x in values]
+    if isinstance(n, list):
+        return [int(x) for x in n]
+    if not values:
+        raise Skip(f"mismatch field {field!r}: {name} is empty here")
+    if name == "kv_indices":
+        at = int(indptr[-2]) if indptr is not None and len(indptr) > 1 else 0
+        if at >= len(values):
+            raise Skip("the last request holds no page to bend")
+        return values[:at] + [int(n)] + values[at + 1:]
+    return values[:-1] + [int(n)]
+
+
+def check_index_field(c, op: str) -> None:
+    """Skip a field whose index tensor this op's plan() does not take."""
+    field, _ = _field(c)
+    takes = {"paged_prefill": {"qo_indptr", "last_page_len", "kv_indices"},
+             "ragged_prefill": {"qo_indptr"},
+             "batch_decode": {"last_page_len", "kv_indices"}}.get(op, set())
+    if field in INDEX_FIELDS and INDEX_FIELDS[field] not in takes:
+        raise Skip(f"mismatch field {field!r}: {op}'s plan() takes no {INDEX_FIELDS[field]}")
 
 
 def planned_rows(c):
@@ -123,9 +164,16 @@ def perturb(c, q: torch.Tensor, cache):
     if field is None:
         return q, cache
     form = c.params.get("cache_form", "tuple")
+    if field == "dtype" and (c.mismatch or {}).get("only"):
+        if form != "tuple":
+            raise Skip("k and v take different dtypes only in a (k, v) tuple cache")
+        mk, mv = _only(c)
+        return q, tuple(t.to(DTYPES[n]) if m else t for t, m in zip(cache, (mk, mv)))
     new_q = _q(c, q, field, n)
     if new_q is not None:
         return new_q, cache
+    if field in INDEX_FIELDS:
+        return q, cache            # bent in plan()'s index tensors (index_values)
     parts = list(cache) if isinstance(cache, tuple) else [cache]
     if field == "num_kv_heads":
         moves = _only(c)
@@ -137,7 +185,10 @@ def perturb(c, q: torch.Tensor, cache):
             raise Skip("head_dim_vo differs from head_dim_qk only in a (k, v) tuple cache")
         parts[1] = _resize(parts[1], -1, n)
     elif field == "page_size":
-        parts = [_repage(t, _page_axis(c, form), n) for t in parts]
+        moves = _only(c)
+        if form != "tuple" and not all(moves):
+            raise Skip("k and v take different page sizes only in a (k, v) tuple cache")
+        parts = [_repage(t, _page_axis(c, form), n) if m else t for t, m in zip(parts, moves)]
     else:
         raise Skip(f"mismatch field {field!r} does not apply to a paged route")
     return q, (tuple(parts) if isinstance(cache, tuple) else parts[0])
@@ -148,14 +199,18 @@ def perturb_ragged(c, q, k, v):
     field, n = _field(c)
     if field is None:
         return q, k, v
+    mk, mv = _only(c)
+    if field == "dtype" and (c.mismatch or {}).get("only"):
+        return q, k.to(DTYPES[n]) if mk else k, v.to(DTYPES[n]) if mv else v
     new_q = _q(c, q, field, n)
     if new_q is not None:
         return new_q, k, v
-    mk, mv = _only(c)
     if field == "num_kv_heads":
         return q, _resize(k, 1, n) if mk else k, _resize(v, 1, n) if mv else v
     if field == "head_dim_vo":
         return q, k, _resize(v, -1, n)
     if field == "kv_rows":
         return q, _resize(k, 0, n) if mk else k, _resize(v, 0, n) if mv else v
+    if field in INDEX_FIELDS:
+        return q, k, v             # bent in plan()'s index tensors (index_values)
     raise Skip(f"mismatch field {field!r} does not apply to ragged prefill")

@@ -21,7 +21,8 @@ from harness.targets.base import Skip
 from harness.targets.layout import build_paged, to_layout
 from harness.targets.plan_run.call import Call
 from harness.targets.plan_run.merge import merge_state
-from harness.targets.plan_run.mismatch import perturb, perturb_ragged, planned_rows
+from harness.targets.plan_run.mismatch import (check_index_field, index_values, perturb,
+                                               perturb_ragged, planned_rows)
 from harness.targets.plan_run.mixed import mixed_batch
 
 
@@ -76,10 +77,13 @@ def paged_inputs(c: Call):
     paged = build_paged(stored, int(c.params.get("page_size", 16)), c.layout,
                         c.params.get("page_order", "shuffled"),
                         int(c.params.get("page_id_offset", 0)), c.case.seed)
+    check_index_field(c, c.case.op)
+    indices = index_values(c, "kv_indices", paged.indices, paged.indptr)
+    last = index_values(c, "last_page_len", paged.last_page_len)
     idx = {
         "kv_indptr": c.views.index("kv_indptr", paged.indptr, "cpu"),
-        "kv_indices": c.views.index("kv_indices", paged.indices, c.device),
-        "last_page_len": c.views.index("last_page_len", paged.last_page_len, "cpu"),
+        "kv_indices": c.views.index("kv_indices", indices, c.device),
+        "last_page_len": c.views.index("last_page_len", last, "cpu"),
     }
     return paged, idx
 
@@ -161,7 +165,8 @@ def _prepared(c: Call, wrapper, plan_kw: dict, run_args: tuple, out_rows: int,
 def prepare_paged_prefill(c: Call) -> Prepared:
     p = c.problem
     paged, idx = paged_inputs(c)
-    qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
+    qo_indptr = c.views.index("qo_indptr", index_values(c, "qo_indptr", p.qo_indptr.tolist()),
+                              "cpu")
     wrapper = c.construct(
         c.lib.BatchPrefillWithPagedKVCacheWrapper, c.workspace(), kv_layout=c.layout,
         use_cuda_graph=bool(c.params.get("use_cuda_graph")),
@@ -188,7 +193,9 @@ def prepare_ragged_prefill(c: Call) -> Prepared:
     p = c.problem
     if c.layout != "NHD":
         raise Skip("ragged k/v are token-major (NHD) only")
-    qo_indptr = c.views.index("qo_indptr", p.qo_indptr.tolist(), "cpu")
+    check_index_field(c, "ragged_prefill")
+    qo_indptr = c.views.index("qo_indptr", index_values(c, "qo_indptr", p.qo_indptr.tolist()),
+                              "cpu")
     kv_indptr = c.views.index("kv_indptr", p.kv_indptr.tolist(), "cpu")
     wrapper = c.construct(
         c.lib.BatchPrefillWithRaggedKVCacheWrapper, c.workspace(), kv_layout="NHD",

@@ -1,0 +1,18 @@
+"""The bundled library's descriptor (kernels/): FlashInfer-shaped plan()/run(), performed by
+the neutral plan_run core. Pure data: no torch, no kernels build."""
+from harness.model.capabilities import FEATURES, Capabilities
+from harness.model.routes import BUNDLED_ROUTES, OPS as ALL_OPS
+from harness.model.signature import Signature
+from harness.targets.descriptors._flashinfer_shape import plan_run_args
+
+NAME = "bundled"
+ROUTES = BUNDLED_ROUTES
+SIGNATURE = Signature(
+    args=plan_run_args(),
+    core="plan_run",
+    # plan() copies paged_kv_indices without bounding them by the pool (kernels/ has no
+    # guard for it): the relation is a known gap of the library, tracked apart from the
+    # ci matrix, whose bundled rows must stay the library's contract.
+    unreached=(("block_table", "the bundled plan() does not bound paged_kv_indices by the "
+                               "cache's pages (no guard in kernels/ yet)"),))
+CAPABILITIES = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES, signature=SIGNATURE)
