@@ -224,6 +224,9 @@ def _execute(case: Case, target: Target, device: torch.device, buffers: Buffers,
             # Judged there too: the outputs' CPU copies are made already (for the repeats).
             result.update(outputs)
     not_returned = result.pop("not_returned", {})
+    # What the target never returns (an LSE): judged without it, named on the row.
+    for name, why in target.capabilities.not_returned(case.params).items():
+        not_returned.setdefault(name, why)
     comparisons = judge(result, expected, baseline, problem, skip=set(not_returned))
     # A must-refuse case that ran is `silent` whatever its values; they still go on the row.
     summary = summarize(comparisons)

@@ -118,8 +118,11 @@ class Capabilities:
         layout = params.get("layout", "NHD")
         if layout not in self.layouts:
             return f"layout {layout}"
-        if params.get("return_lse") and "lse" not in self.call_forms:
-            return "call form lse (returning the LSE)"
+        # A case that asks for the LSE still runs on a target that returns none: its o is
+        # compared in full and the row says the LSE was not (not_returned). A case about the
+        # LSE buffer itself (strided) has nothing to run there.
+        if params.get("strided") == "lse" and "lse" not in self.call_forms:
+            return "call form lse (the case strides the LSE buffer, which it never returns)"
         outputs = OUTPUT_TENSORS | (MERGE_OUTPUTS if op == "merge_state" else frozenset())
         if params.get("strided") in outputs and "out" not in self.call_forms:
             return "call form out (a caller-given output buffer)"
@@ -130,3 +133,11 @@ class Capabilities:
             elif need not in self.features:
                 return f"feature {need}"
         return None
+
+    def not_returned(self, params: Mapping) -> dict:
+        """{output: why} for what a case asks for that this target never returns: the row
+        names each as not compared, and every other output is judged in full."""
+        if params.get("return_lse") and "lse" not in self.call_forms:
+            return {"lse": "the target returns no LSE (its call forms: "
+                           f"{', '.join(sorted(self.call_forms)) or 'none'})"}
+        return {}

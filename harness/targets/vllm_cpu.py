@@ -30,7 +30,8 @@ Conventions (read from that backend and checked against the fp64 reference):
   window    one int: with causal, the current key and window_left before it, so
             sliding_window_size = window_left + 1; without causal it is symmetric, which
             the harness's left-only window is not: skipped with the reason
-  LSE       none: a case that asks for it is skipped by capability
+  LSE       none: a case that asks for it runs output-only (o compared in full, the row
+            says the LSE was not: Capabilities.not_returned)
   out       the caller's canary-banded output, written in place
 
 Routes (backend "vllm"): paged_prefill, batch_decode, mixed_batch (decodes first, vLLM's own
