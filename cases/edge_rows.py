@@ -24,7 +24,9 @@ shortest splittable kv (2), a merge over no rows at all (every request qo_len 0)
 of its two input states empty on its own
 (merge_empty a / b: that state is over no key, o 0 and LSE -inf, the other over
 the whole kv, single-key requests included), and both empty (a kv_len 0 request
-among them). mixed_batch gets empty decodes (vLLM pads a graph batch with
+among them). held_empty_*: the same with every empty state holding values, as an outside
+caller's may (empty_state_values): a merge must give it no weight, and two empty states
+must still merge to 0 and -inf. mixed_batch gets empty decodes (vLLM pads a graph batch with
 seq_len 0), prefills with masked rows and no rows, and a prefill with rows but
 no kv among ordinary ones. The poisoned outputs make a row a kernel never
 writes `wrong`.
@@ -151,6 +153,16 @@ def _merge_state(backend):
             yield f"states_both_empty_{merge}", _params(
                 i, (64, 128, 32)[i], qo_lens=[2, 3, 1], kv_lens=[0, 9, 0], causal=False,
                 return_lse=True, merge=merge, merge_empty="a")
+            # An outside caller's empty states hold values (only the LSE says empty): state a
+            # or b empty alone beside the other over the whole kv, and both empty on a kv_len
+            # 0 request; the answer is the one above (0 and -inf where both are empty).
+            for n, (side, qo, kv) in enumerate((("a", [2, 3, 1, 2], [0, 9, 1, 0]),
+                                                ("b", [2, 3, 1], [0, 9, 1]),
+                                                ("both", [2, 3, 1], [0, 9, 0]))):
+                yield f"held_empty_{side}_{merge}", _params(
+                    i, (32, 64, 128)[(i + n) % 3], qo_lens=qo, kv_lens=kv, causal=False,
+                    return_lse=True, merge=merge, merge_empty="b" if side == "b" else "a",
+                    empty_state_values=(3.5, -7.0, 1e3)[i])
 
 
 def _mixed_batch(backend):

@@ -17,6 +17,12 @@ another path, so a kernel that only ever saw one side of it would pass everythin
                       and ragged prefill, merge_state's states); batch decode and the mixed
                       batch plan one head_dim for k and v (their adapters skip it)
 
+  ws_edge_*           a float workspace at the byte boundary of a fit: one byte short of the
+                      need and exactly the need, at the default chunk (one short: plan()
+                      must fit the doubled chunk) and at a caller's max_kv_chunk (one short:
+                      match_or_refuse, a refusal naming float_workspace_buffer and both
+                      sizes), in two shapes on every route a plan splits; a workspace sized
+                      without one term (the partial LSEs) takes the short one as a fit
   mask_graph          a custom mask in CUDA-graph mode: staged into the plan's one fixed
                       buffer, over a schedule that always splits
   refuse.max_kv_chunk_*  a caller's max_kv_chunk of 0 or below: no split has that chunk, so
@@ -189,6 +195,39 @@ def _tag(params: dict) -> str:
     return "-".join(bits)
 
 
+# Two shapes for the workspace edges: (dtype, head_dim, heads, head_dim_vo, prefill (qo, kv),
+# decode kv); the caller's chunk of the *_chunk edges.
+WS_EDGE_SHAPES = (("bf16", 64, (4, 2), 64, ([5, 3], [600, 40]), [600, 40, 530]),
+                  ("fp16", 128, (4, 1), 64, ([9, 1], [560, 300]), [530, 60]))
+WS_EDGE_CHUNK = 64
+
+
+def ws_edges(op: str, backend: str):
+    """(variant, params, expect, refuse words) at the workspace boundary of a fit."""
+    for n, (dtype, d, heads, dv, (qo, kv), dec_kv) in enumerate(WS_EDGE_SHAPES):
+        if op == "batch_decode":
+            qo, kv, dv = [1] * len(dec_kv), dec_kv, d     # one head_dim for k and v
+            extra = {"causal": False, "page_size": 16, "cache_form": "tuple",
+                     "return_lse": backend not in ("ll4mi", "aiter")}
+        else:
+            extra = {"causal": n == 0, "return_lse": True, "head_dim_vo": dv}
+            if op == "paged_prefill":
+                extra.update(page_size=16, cache_form="tuple", layout=("NHD", "HND")[n])
+        for chunk in (None, WS_EDGE_CHUNK):
+            need = plan_bytes(qo, kv, heads[0], dv, chunk or DEFAULT_CHUNK)
+            assert need > 0
+            tail = "_chunk" if chunk else ""
+            base = _p(dtype, d, heads, qo_lens=qo, kv_lens=kv, **extra,
+                      **({"max_kv_chunk": chunk} if chunk else {}))
+            yield f"ws_edge_exact{tail}", {**base, "workspace_bytes": need}, "match", ()
+            short = {**base, "workspace_bytes": need - 1}
+            if chunk:
+                yield f"ws_edge_short{tail}", short, "match_or_refuse", \
+                    ("float_workspace_buffer", str(need - 1), str(need))
+            else:
+                yield f"ws_edge_short{tail}", short, "match", ()
+
+
 # Caller chunks no split has: (variant, max_kv_chunk) on every route a caller splits.
 BAD_CHUNKS = (("max_kv_chunk_zero", 0), ("max_kv_chunk_negative", -16))
 SPLIT_OPS = ("paged_prefill", "ragged_prefill", "batch_decode")
@@ -212,6 +251,12 @@ def cases(routes) -> Iterator[Case]:
                 yield Case(route=route, family=FAMILY, variant=f"refuse.{variant}", params=params,
                            expect="refuse", refuse_words=("max_kv_chunk", str(abs(chunk))),
                            tag=_tag(params), requires=("split_control",))
+        if op in SPLIT_OPS:
+            for variant, params, expect, words in ws_edges(op, route.split(".", 1)[0]):
+                needs = _requires(params) + (("split_control",) if params.get("max_kv_chunk")
+                                             else ())
+                yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                           expect=expect, refuse_words=words, tag=_tag(params), requires=needs)
         for variant, params in _BY_OP[op](route.split(".", 1)[0]):
             needs = _requires(params)
             yield Case(route=route, family=FAMILY, variant=variant, params=params,

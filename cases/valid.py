@@ -215,6 +215,37 @@ def _batch_prefill_extras(paged):
         yield "full_last_page", p, _tag(p, "p16", "b2")
 
 
+# ---------------------------------------------------------------- pages of 2^n + m tokens
+
+# Every other page size is a power of two, where a key's page and in-page slot by shift and
+# mask equal the division's: 12 and 24 are not (3 for a page far smaller than a tile). Each
+# (size, dtype, layout, form) on every paged op, requests over several pages with a partial
+# last one (lengths not multiples of the size), and one an exact multiple.
+ODD_PAGE_SIZES = ((12, "fp16", "NHD", "tuple"), (24, "bf16", "HND", "single"),
+                  (3, "fp32", "NHD", "single"), (12, "bf16", "HND", "tuple"))
+
+
+def odd_pages(op: str):
+    """(variant, params, tag) for the paged ops: every page size of ODD_PAGE_SIZES."""
+    for n, (page_size, dtype, layout, form) in enumerate(ODD_PAGE_SIZES):
+        kv = [5 * page_size + 7 % page_size, page_size * 2, 1 + (n * 13) % page_size]
+        if op == "batch_decode":
+            qo, causal, extra = [1] * 3, False, {}
+        elif op == "mixed_batch":
+            qo, causal, extra = [1, 1, 1], True, {"num_decodes": 2}
+            qo[2] = min(kv[2], 5)
+        else:
+            qo, causal, extra = [9, 4, min(kv[2], 3)], True, {}
+        heads = ((8, 2), (4, 1))[n % 2]
+        # Without the LSE on odd rows: ll4mi and aiter reach their own kernels then.
+        p = _base(dtype, (64, 128)[n % 2], heads, qo_lens=qo, kv_lens=kv, causal=causal,
+                  window_left=-1, return_lse=op != "mixed_batch" and n % 2 == 0, layout=layout,
+                  page_size=page_size, cache_form=form, page_order="shuffled", **extra)
+        if op == "mixed_batch":
+            p.pop("layout"), p.pop("cache_form")
+        yield "page_size_odd", p, _tag(p, f"p{page_size}", layout.lower(), form, f"b{len(kv)}")
+
+
 # ---------------------------------------------------------------- batch decode
 
 def _batch_decode():
@@ -341,6 +372,10 @@ def cases(routes, profile: str = "ci") -> Iterator[Case]:
         for variant, params, tag in _BY_OP[op]():
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match", tag=tag)
+        if op in ("paged_prefill", "batch_decode", "mixed_batch"):
+            for variant, params, tag in odd_pages(op):
+                yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                           expect="match", tag=tag)
         dtypes = ("bf16", "fp16", "fp32") if profile == "full" else ("bf16", "fp16")
         for variant, params, tag, expect in sweeps(op, dtypes):
             yield Case(route=route, family=FAMILY, variant=variant, params=params,

@@ -19,6 +19,21 @@ the real kernels take the path a known class of bug takes:
   masked_row_nan   a row that attends to nothing and is written straight to the output comes
                    out 0 / 0 (edge_rows: fully masked rows, empty requests)
 
+Faults on a crossing or a boundary (tests/test_reach_faults.py holds each to the cases that
+reach it; the ci profile before them missed each one):
+
+  page_offset_mask       a key's slot in its page by a mask (j & (page_size - 1)), not a
+                         division: right only for pages of 2^n tokens (valid: pages of 3, 12
+                         and 24)
+  token_offset_32        a ragged or dense k/v element offset wraps at 32 bits (scale: a k or
+                         v view whose token stride puts rows past 2^31 elements)
+  workspace_without_lse  plan() sizes a split's float workspace without the partial LSEs, so
+                         a buffer one byte short of the need is taken as a fit (schedule)
+  empty_merge_keeps_a    a merge of two empty states (LSE -inf) writes state a's values, not 0
+                         (values / edge_rows: a caller's empty state holding values)
+  feature_dims_qk        a sink's or v_scale's rescale of the output stops at head_dim_qk
+                         (features: the covering set's head_dim_vo > head_dim_qk crossings)
+
     use_fault_library("softmax_no_max")   # this process's kernels.* calls now run the test-only
     ...                                   # library with that fault (None or "none": no fault)
     use_default_library()                 # back to the shipped library
@@ -44,6 +59,10 @@ KERNEL_FAULTS = ("merge_no_max", "softmax_no_max", "empty_skipped", "masked_row_
 # that use its feature (tests/test_kernels_features.py).
 FEATURE_FAULTS = ("softcap_after_mask", "sink_in_numerator", "alibi_kv_head", "fp8_scale_twice",
                   "decode_rows_at_last_position", "custom_mask_transposed")
+# One per class of generator reach round three: a crossing or boundary only the cases built
+# for it visit (tests/test_reach_faults.py).
+REACH_FAULTS = ("page_offset_mask", "token_offset_32", "workspace_without_lse",
+                "empty_merge_keeps_a", "feature_dims_qk")
 KERNEL_FAULT_ENV = _lib.FAULT_ENV
 
 # (variant, fault) loaded now; fault None on the shipped library.

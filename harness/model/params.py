@@ -77,6 +77,9 @@ SCHEMA: dict[str, Param] = {
     "merge_empty": Param(_STR, "merge_state: a | b, that state is over no key of each request "
                                "(the KV cut at 0 or at kv_len: o 0, LSE -inf), the other over "
                                "all of it [cut in halves]"),
+    "empty_state_values": Param(_NUM, "merge_state: every empty state (LSE -inf) holds this "
+                                      "output value, as an outside caller's may (it carries no "
+                                      "weight: the answer is unchanged) [0]"),
     "num_decodes": Param(_INT, "mixed_batch: the first num_decodes requests are decodes"),
     "out_form": Param(_STR, "given: the caller hands out= and lse= | library: the library "
                             "allocates and returns them"),
@@ -114,6 +117,7 @@ SCHEMA: dict[str, Param] = {
 MUST_READ = frozenset({
     "strided", "mismatch", "scenario", "replan_max_kv_chunk", "capacity", "restage",
     "sequence", "index_device", "use_cuda_graph", "partial_state", "merge", "merge_empty",
+    "empty_state_values",
     "num_decodes",
     "max_kv_chunk", "fault",
     # Features: an adapter that never passed one could still pass where its effect is small

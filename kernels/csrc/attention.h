@@ -14,10 +14,10 @@ __device__ __forceinline__ int64_t kv_token_offset(const AttnParams& p, int req,
                                                    int64_t stride_page, int64_t stride_n) {
   if (p.page_size > 0) {
     const int64_t page = p.kv_indices[(int64_t)p.kv_indptr[req] + j / p.page_size];
-    return page * stride_page + (int64_t)(j % p.page_size) * stride_n;
+    return page * stride_page + (int64_t)HOOK_IN_PAGE(j, p.page_size) * stride_n;
   }
-  if (p.kv_indptr) return ((int64_t)p.kv_indptr[req] + j) * stride_n;
-  return (int64_t)j * stride_n;
+  if (p.kv_indptr) return HOOK_TOKEN_OFFSET(((int64_t)p.kv_indptr[req] + j) * stride_n);
+  return HOOK_TOKEN_OFFSET((int64_t)j * stride_n);
 }
 
 struct WorkItem {
@@ -63,11 +63,11 @@ __device__ __forceinline__ float logit(const AttnParams& p, float s, int h, int 
 
 // The sink joins the softmax denominator of (m, l, acc) and nothing else: a row that attended
 // to nothing gets o = 0 and lse = the sink.
-__device__ __forceinline__ void add_sink(float sk, int dvo, float* acc, float& m, float& l) {
+__device__ __forceinline__ void add_sink(const AttnParams& p, float sk, int dvo, float* acc, float& m, float& l) {
   const float m2 = sk > m ? sk : m;
   const float r = expf(m - m2), e = expf(sk - m2);
   l = l * r + e;
-  for (int d = 0; d < dvo; ++d) acc[d] *= r;
+  for (int d = 0; d < HOOK_FEATURE_DIMS(dvo); ++d) acc[d] *= r;
   HOOK_SINK_VALUE(acc, dvo, e);
   m = m2;
 }
@@ -115,8 +115,8 @@ __device__ void attend_row(const AttnParams& p, const WorkItem& it, int i, int d
   }
   const float vscale = HOOK_KV_SCALE(p.v_scale);
   if (vscale != 1.f)
-    for (int d = 0; d < dvo; ++d) acc[d] *= vscale;
-  if (p.sinks && it.lo == 0) add_sink(p.sinks[h], dvo, acc, m, l);
+    for (int d = 0; d < HOOK_FEATURE_DIMS(dvo); ++d) acc[d] *= vscale;
+  if (p.sinks && it.lo == 0) add_sink(p, p.sinks[h], dvo, acc, m, l);
   m_out = m;
   l_out = l;
 }
@@ -262,7 +262,7 @@ __global__ void ll4mi_decode_kernel(AttnParams p) {
       a += e * ld<KDT>(p.v, vo + dim);
     }
     a *= vscale;
-    if (p.sinks) add_sink(p.sinks[h], 1, &a, mm, l);
+    if (p.sinks) add_sink(p, p.sinks[h], 1, &a, mm, l);
     const int64_t o = ((int64_t)it.qo_start * p.num_qo_heads + h) * HEAD_SIZE + dim;
     // A NaN sum (a NaN logit) stays NaN: `l > 0` alone wrote 0 (values.nan_k, ll4mi).
     st_dt(p.o, o, p.o_dtype, l > 0.f || l != l ? a / l : 0.f);

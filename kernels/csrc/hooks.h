@@ -31,4 +31,12 @@
 #define HOOK_MASKED_LOGIT(s, keep, j) (s)
 // A decode row's key position (bottom-right aligned; last: the request's last key).
 #define HOOK_DECODE_DIAG(diag, last) (diag)
+// Key j's slot in its page (its page is j / ps).
+#define HOOK_IN_PAGE(j, ps) ((j) % (ps))
+// A ragged or dense k/v element offset (64-bit: a large token stride passes 2^31).
+#define HOOK_TOKEN_OFFSET(off) (off)
+// How many output dims a feature's rescale of the accumulator covers (a sink, v_scale): dvo.
+#define HOOK_FEATURE_DIMS(dvo) (dvo)
+// What a merge of two empty states writes (zero), given state a's element at i.
+#define HOOK_EMPTY_MERGE_VALUE(zero, va, i, dt) (zero)
 #endif

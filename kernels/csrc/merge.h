@@ -12,7 +12,7 @@ __device__ inline float merge_one(const void* va, float a, const void* vb, float
   // A NaN state makes the merge NaN (`a > b` alone dropped a NaN a beside an empty b).
   float m = a > b || a != a ? a : b;
   if (m == -INFINITY) {
-    for (int d = 0; d < dim; ++d) st_dt(vo, base + d, dt, 0.f);
+    for (int d = 0; d < dim; ++d) st_dt(vo, base + d, dt, HOOK_EMPTY_MERGE_VALUE(0.f, va, base + d, dt));
     return -INFINITY;
   }
   HOOK_MERGE_MAX(m);

@@ -13,6 +13,14 @@
 #include "errors.h"
 #include "params.h"
 
+// The scheduler's hook (host code; the kernels' hooks are in hooks.h): the floats a partial
+// row takes in the float workspace, its output and its LSE. The test-only build may drop one.
+#if defined(KERNELS_TEST_FAULTS)
+#include "testonly/plan_faults.h"
+#else
+#define HOOK_WS_ROW_FLOATS(dvo) ((int64_t)(dvo) + 1)
+#endif
+
 enum { INFO_NUM_WORK, INFO_SPLIT, INFO_NUM_SLOTS, INFO_WS_BYTES, INFO_CHUNK, INFO_TOTAL_ROWS, INFO_LEN };
 
 extern "C" int64_t kernels_schedule_len(int64_t work_capacity, int64_t row_capacity) {
@@ -52,7 +60,7 @@ extern "C" int kernels_plan(const int32_t* qo_indptr, const int32_t* kv_lens, in
   int64_t slots = 0;
   if (split)
     for (int r = 0; r < batch; ++r) slots += (int64_t)(qo_indptr[r + 1] - qo_indptr[r]) * chunks_of(r);
-  const int64_t ws = split ? slots * num_qo_heads * (int64_t)(head_dim_vo + 1) * 4 : 0;
+  const int64_t ws = split ? slots * num_qo_heads * HOOK_WS_ROW_FLOATS(head_dim_vo) * 4 : 0;
   info[INFO_NUM_WORK] = num_work;
   info[INFO_SPLIT] = split;
   info[INFO_NUM_SLOTS] = slots;

@@ -37,6 +37,11 @@ def merged(c, halves) -> dict:
     p = c.problem
     rows, hq, dv = sum(p.qo_lens), p.num_qo_heads, p.head_dim_vo
     (va, sa), (vb, sb) = halves
+    fill = c.params.get("empty_state_values")
+    if fill:
+        # An outside caller's empty state may hold any output: only its LSE says it is empty.
+        for v_half, s_half in halves:
+            v_half[torch.isneginf(s_half)] = float(fill)
     merge = c.params.get("merge", "out_of_place")
     if merge == "out_of_place":
         va, sa = c.views.input("v_a", va), c.views.input("s_a", sa)

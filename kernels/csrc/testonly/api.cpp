@@ -14,7 +14,11 @@
 static const char* const tf_names[TF_COUNT] = {
     "", "merge_no_max", "softmax_no_max", "empty_skipped", "masked_row_nan", "softcap_after_mask",
     "sink_in_numerator", "alibi_kv_head", "fp8_scale_twice", "decode_rows_at_last_position",
-    "custom_mask_transposed"};
+    "custom_mask_transposed", "page_offset_mask", "token_offset_32", "workspace_without_lse",
+    "empty_merge_keeps_a", "feature_dims_qk"};
+
+// The host's copy of the active fault, for host code in other units (plan.cpp's scheduler).
+static int tf_host_fault = TF_NONE;
 
 extern "C" {
 // name "" or "none": the fixed code. Waits for nothing: call it between launches.
@@ -28,6 +32,7 @@ int kernels_testonly_set_kernel_fault(const char* name) {
     for (int i = 1; i < TF_COUNT; ++i) known += std::string(i > 1 ? ", " : "") + tf_names[i];
     return kernels_fail("kernel fault %s: unknown; known: %s", name, known.c_str());
   }
+  tf_host_fault = code;
 #if defined(KERNELS_PLATFORM_HOST)
   kernels_tf_fault = code;
 #else
@@ -45,3 +50,6 @@ const char* kernels_testonly_kernel_faults(void) {
   return all.c_str();
 }
 }
+
+// plan.cpp's hook (testonly/plan_faults.h): whether the scheduler leaves the LSEs out.
+extern "C" int kernels_testonly_ws_without_lse(void) { return tf_host_fault == TF_WS_WITHOUT_LSE; }

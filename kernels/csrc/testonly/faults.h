@@ -17,6 +17,12 @@ enum {
   TF_FP8_SCALE_TWICE,       // an fp8 cache's k_scale / v_scale applied twice
   TF_DECODE_LAST_POSITION,  // multi-token decode: every q row of a request at the last key's position
   TF_MASK_TRANSPOSED,       // the custom mask read as [kv_len, qo_len]
+  // One per crossing or boundary of generator reach round three (cases/ names each).
+  TF_PAGE_OFFSET_MASK,      // a key's slot in its page by a mask, not a division (right for 2^n only)
+  TF_TOKEN_OFFSET_32,       // a ragged or dense k/v element offset wraps at 32 bits (signed)
+  TF_WS_WITHOUT_LSE,        // plan() sizes the split's workspace without the partial LSEs
+  TF_EMPTY_MERGE_KEEPS_A,   // two empty states merge to state a's values, not 0
+  TF_FEATURE_DIMS_QK,       // a sink's / v_scale's rescale of the output covers head_dim_qk dims
   TF_COUNT
 };
 
@@ -53,3 +59,13 @@ static __device__ int kernels_tf_fault = TF_NONE;
   (tf_cap_after && (!(keep) || (j) < tf_jlo || (j) >= tf_jhi)         \
        ? p.logits_soft_cap * tanhf(NEG_INF / p.logits_soft_cap) : (s))
 #define HOOK_DECODE_DIAG(diag, last) (TF_ON(TF_DECODE_LAST_POSITION) ? (last) : (diag))
+// The page by division, the slot in it by a mask: right only for pages of 2^n tokens (a slot
+// of a 12-token page comes out j & 11, inside the page, on the wrong token).
+#define HOOK_IN_PAGE(j, ps) (TF_ON(TF_PAGE_OFFSET_MASK) ? (j) & ((ps) - 1) : (j) % (ps))
+#define HOOK_TOKEN_OFFSET(off) \
+  (TF_ON(TF_TOKEN_OFFSET_32) ? (int64_t)(int32_t)(off) : (int64_t)(off))
+// Dims past dvo are never read back, so the defect is the rescale stopping at head_dim_qk
+// when that is the smaller.
+#define HOOK_FEATURE_DIMS(dvo) \
+  (TF_ON(TF_FEATURE_DIMS_QK) && p.head_dim_qk < (dvo) ? p.head_dim_qk : (dvo))
+#define HOOK_EMPTY_MERGE_VALUE(zero, va, i, dt) (TF_ON(TF_EMPTY_MERGE_KEEPS_A) ? ld_dt(va, i, dt) : (zero))
