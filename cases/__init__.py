@@ -45,9 +45,13 @@ PROFILES = ("ci", "full")
 
 
 def generate(families: Iterable[str] | None = None,
-             routes: Iterable[str] = BUNDLED_ROUTES, profile: str = "ci") -> list[Case]:
+             routes: Iterable[str] = BUNDLED_ROUTES, profile: str = "ci",
+             dtypes: Iterable[str] | None = None) -> list[Case]:
     """Every case of the named families (all when None) on the given routes.
 
+    `dtypes`: the target's declared dtypes (None: every one); a family whose cases()
+    takes `dtypes` writes cases whose dtype is not their point in one of them
+    (cases/_dtypes.py).
     Ids must be unique: two cases with one id would share a row and a seed.
     """
     if profile not in PROFILES:
@@ -59,9 +63,13 @@ def generate(families: Iterable[str] | None = None,
     seen: dict[str, Case] = {}
     for name in (family_names() if families is None else list(families)):
         module = load_family(name)
-        takes_profile = "profile" in inspect.signature(module.cases).parameters
-        for case in (module.cases(routes, profile=profile) if takes_profile
-                     else module.cases(routes)):
+        takes = inspect.signature(module.cases).parameters
+        kwargs = {}
+        if "profile" in takes:
+            kwargs["profile"] = profile
+        if "dtypes" in takes:
+            kwargs["dtypes"] = None if dtypes is None else frozenset(dtypes)
+        for case in module.cases(routes, **kwargs):
             if case.id in seen:
                 raise ValueError(f"duplicate case id {case.id!r} in family {name!r}: "
                                  f"params {dict(case.params)} vs {dict(seen[case.id].params)}")

@@ -8,12 +8,16 @@ that runs is silent); each must be refused with a catchable exception naming
 the head counts and their values as words. 7 over 1 (a group of 7, not a
 power of two) and 5 over 5 (plain MHA with an odd count) must match, and so
 must 8 over 2 and 6 over 3, where h // group and h % num_kv_heads disagree.
+
+The dtype is not the point: each op's problem keeps its own dtype where the target has
+it, else takes the first dtype the target declares (cases/_dtypes.py).
 """
 from __future__ import annotations
 
 from typing import Iterator
 
 from cases._call_forms import forms
+from cases._dtypes import own_or_first
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -75,13 +79,16 @@ def rebuild(case: Case, params: dict) -> Case:
     return heads_case(case.route, params, tag_of(params) + case.tag[len(tag_of(case.params)):])
 
 
-def cases(routes) -> Iterator[Case]:
+def cases(routes, dtypes=None) -> Iterator[Case]:
     for route in routes:
         op = op_of(route)
         if op not in PROBLEMS:
             continue
+        dtype = own_or_first(PROBLEMS[op]["dtype"], dtypes)
+        if dtype is None:
+            continue
         base = {"head_dim": 128, "window_left": -1,
-                "return_lse": op not in ("mixed_batch",), **PROBLEMS[op]}
+                "return_lse": op not in ("mixed_batch",), **PROBLEMS[op], "dtype": dtype}
         for hq, hkv, variant, expect, words in HEADS:
             params = {**base, "num_qo_heads": hq, "num_kv_heads": hkv}
             assert contract(hq, hkv) == (variant, expect, words), (hq, hkv)

@@ -19,11 +19,15 @@ params["index_device"] = "device" (full profile) holds all three caller tensors 
 GPU instead of indptr and last_page_len on the CPU.
 
 Scenario: params["scenario"] = "restaged" (harness/targets/plan_run/replan_scenarios.py).
+
+The dtype is not the point: bf16 (the seed's) where the target has it, else the first dtype
+it declares (cases/_dtypes.py).
 """
 from __future__ import annotations
 
 from typing import Iterator
 
+from cases._dtypes import own_or_first
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -53,18 +57,22 @@ ROWS = (
 )
 
 
-def cases(routes, profile: str = "ci") -> Iterator[Case]:
+def cases(routes, profile: str = "ci", dtypes=None) -> Iterator[Case]:
     # The full profile (the GPU's default) also holds the caller's index tensors on the
     # device: plan() must copy those too. On the host "device" is the CPU (skipped there).
     placements = ("cpu", "device") if profile == "full" else ("cpu",)
+    dtype = own_or_first("bf16", dtypes)
+    if dtype is None:
+        return
     for route in routes:
         if op_of(route) not in OPS:
             continue
         for variant, kv, restage, sequence in ROWS:
             for where in placements:
-                params = {**_BASE, "kv_lens": kv, "restage": restage, "sequence": sequence}
+                params = {**_BASE, "dtype": dtype, "kv_lens": kv, "restage": restage,
+                          "sequence": sequence}
                 if where != "cpu":
                     params["index_device"] = where
-                tag = f"bf16-d128-h16x2-p16-kv{max(kv)}" + ("" if where == "cpu" else "-devidx")
+                tag = f"{dtype}-d128-h16x2-p16-kv{max(kv)}" + ("" if where == "cpu" else "-devidx")
                 yield Case(route=route, family=FAMILY, variant=variant, params=params,
                            expect="match", tag=tag, requires=REQUIRES)

@@ -14,11 +14,15 @@ would have held zeros.
 return_lse is off: the ll4mi kernel writes no LSE, so an LSE run never
 reaches it. fa2.batch_decode runs the same cases as a control: it has no
 selector and must match everywhere.
+
+The dtype is not the point: the cases are bf16 where the target has it, else the first
+dtype it declares (cases/_dtypes.py); the full profile runs every declared dtype.
 """
 from __future__ import annotations
 
 from typing import Iterator
 
+from cases._dtypes import each_declared
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -36,9 +40,10 @@ _BASE = {"dtype": "bf16", "num_qo_heads": 8, "num_kv_heads": 2, "qo_lens": [1, 1
          "page_size": 16, "layout": "NHD", "cache_form": "tuple"}
 
 
-def cases(routes, profile: str = "ci") -> Iterator[Case]:
+def cases(routes, profile: str = "ci", dtypes=None) -> Iterator[Case]:
     # The full profile adds fp16 and fp32: a value loop's width is per dtype in some kernels.
-    dtypes = ("bf16", "fp16", "fp32") if profile == "full" else ("bf16",)
+    dtypes = each_declared(("bf16", "fp16", "fp32") if profile == "full" else ("bf16",),
+                           dtypes)
     for route in routes:
         if op_of(route) not in OPS:
             continue

@@ -53,7 +53,8 @@ class Target:
     def cases(self, families=None, profile: str = "ci") -> list:
         """The families' cases on this target's routes (a target may add its own)."""
         import cases as families_pkg
-        return families_pkg.generate(families, routes=self.routes, profile=profile)
+        return families_pkg.generate(families, routes=self.routes, profile=profile,
+                                     dtypes=self.capabilities.dtypes)
 
     def validate_options(self, disable_guards: str | None = None) -> None:
         """Refuse options this target cannot honour (ValueError naming the option)."""
