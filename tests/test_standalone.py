@@ -21,6 +21,14 @@ from harness.tools.standalone import (Unavailable, assert_harness_hidden, decode
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def script_about(text: str) -> dict:
+    """The script's ABOUT literal (the case, versions and command, as data)."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets] == ["ABOUT"]:
+            return ast.literal_eval(node.value)
+    raise AssertionError("the script has no ABOUT")
+
 # (target, disabled guards, case id, the outcome its row has on the host)
 SAMPLE = [
     ("bundled", "all", "fa2.ragged_prefill/strided.q_stride2/fp16-d64-h4x2", "wrong"),
@@ -67,7 +75,9 @@ def test_script_agrees_with_the_row(tmp_path, target, guards, case_id, outcome):
                    for n in ast.walk(ast.parse(text)))
     assert text.startswith(f"# The harness recorded `{outcome}`" if not row["pass"]
                            else "# This case passes")
-    assert "# Versions: torch " in text and "# Made by: harness repro " in text
+    about = script_about(text)
+    assert about["torch"] == torch.__version__ and about["made_by"].startswith("harness repro ")
+    assert about["case"] == case_id
     done = _run_isolated(path, tmp_path)
     if outcome == "crash":
         # The script simply makes the call, so it dies of the row's signal.
@@ -157,7 +167,7 @@ def test_repro_standalone_writes_the_script_and_keeps_the_exit_code(tmp_path, ca
     assert cmd_repro(_args(output=str(out))) == 0
     err = capsys.readouterr().err
     assert f"wrote {out}" in err and out.exists()
-    assert "--standalone -o" in out.read_text().splitlines()[3]
+    assert "--standalone -o" in script_about(out.read_text())["made_by"]
     miss = _args(case_id="fa2.paged_prefill/gqa.q6_over_kv3/nope", output=str(out))
     assert cmd_repro(miss) == 4
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import math
 import zlib
 
 
@@ -17,6 +18,60 @@ def encode_tensor(t) -> dict:
     raw = t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
     return {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
             "data": base64.b64encode(zlib.compress(raw, 9)).decode("ascii")}
+
+
+# ------------------------------------------------------------------ data as literals
+#
+# A script is attached to a library's issue tracker and run by its maintainers, and what a
+# case, table or id holds is anyone's text: it reaches a script only as a literal, written
+# with ascii() (every character past ASCII, every control, line separator and bidi mark
+# escaped), so the file itself is plain printable ASCII wherever data goes, and no text of
+# a case can end a string, a line or a comment.
+
+def data_literal(value, width: int = 96, indent: int = 0) -> str:
+    """Python source evaluating to `value` (JSON-like data: str, int, float, bool, None,
+    lists, tuples, dicts), pure printable ASCII. Containers wider than `width` are written
+    one item a line. Anything else is written as the ascii() of its str(): data, never code."""
+    flat = _flat_literal(value)
+    if len(flat) + indent <= width or not isinstance(value, (dict, list, tuple)) or not value:
+        return flat
+    pad = " " * (indent + 1)
+    if isinstance(value, dict):
+        items = [f"{_flat_literal(k)}: "
+                 + data_literal(v, width, indent + 1 + len(_flat_literal(k)) + 2).lstrip()
+                 for k, v in value.items()]
+        return "{" + (",\n" + pad).join(items) + "}"
+    open_, close = ("[", "]") if isinstance(value, list) else ("(", ",)")
+    if not any(isinstance(v, (dict, list, tuple)) for v in value):
+        lines, line = [], ""       # scalars: as many to a line as fit
+        for item in map(_flat_literal, value):
+            if line and indent + 1 + len(line) + len(item) + 2 > width:
+                lines.append(line.rstrip())
+                line = ""
+            line += item + ", "
+        lines.append(line.rstrip(", "))
+        return open_ + ("\n" + pad).join(lines) + close
+    items = [data_literal(v, width, indent + 1) for v in value]
+    return open_ + (",\n" + pad).join(items) + close
+
+
+def _flat_literal(value) -> str:
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(int(value))
+    if isinstance(value, float):
+        return repr(float(value)) if math.isfinite(value) else f"float({str(float(value))!r})"
+    if isinstance(value, str):
+        return ascii(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_flat_literal(k)}: {_flat_literal(v)}"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_flat_literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + "".join(f"{_flat_literal(v)}, " for v in value).rstrip(" ") + ")"
+    return ascii(str(value))
 
 
 # ------------------------------------------------------------------ pasting an adapter's code
@@ -63,7 +118,21 @@ def paste_source(parts, renames: dict | None = None, extra_imports=(),
     renames: {(module name, name): new name} for a name another pasted module also defines.
     provided: {(module name, name): its name in the script} for what the script defines
     elsewhere (its reference functions). The imports are the pasted code's own non-harness
-    ones, deduplicated."""
+    ones, deduplicated. The same request is pasted once a process: it depends on the
+    modules' source alone, and every script of a `report --repros` asks for it."""
+    key = (tuple((p.__name__, None) if not isinstance(p, tuple)
+                 else (p[0].__name__, tuple(p[1])) for p in parts),
+           frozenset((renames or {}).items()), tuple(extra_imports),
+           frozenset((provided or {}).items()))
+    if key not in _PASTED:
+        _PASTED[key] = _paste(parts, dict(renames or {}), extra_imports, dict(provided or {}))
+    return _PASTED[key]
+
+
+_PASTED: dict = {}
+
+
+def _paste(parts, renames: dict, extra_imports, provided: dict) -> tuple[str, str]:
     import inspect
     import re
     renames = dict(renames or {})

@@ -96,7 +96,7 @@ def repro_standalone(args, given) -> int:
     """The case's row as usual, then a script that reproduces it with torch and the library
     alone (harness/tools/standalone.py). Exit 2, one line, when none can be written."""
     from harness.results.repro_command import repro_args, typed
-    from harness.tools.standalone import Unavailable, write_standalone
+    from harness.tools.standalone import Unavailable, shown, write_standalone
     out_path = getattr(args, "output", None)
     if not out_path:
         print("repro: --standalone needs -o FILE.py (where the script goes)", file=sys.stderr)
@@ -119,7 +119,11 @@ def repro_standalone(args, given) -> int:
         path = write_standalone(given[0], args.target, rows[-1], out_path, args.disable_guards,
                                 command=command)
     except Unavailable as why:
-        print(f"repro: {why}", file=sys.stderr)
+        print(f"repro: {shown(why)}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as why:
+        print(f"repro: cannot write the script to {shown(out_path)}: "
+              f"{shown(why.strerror or why)}", file=sys.stderr)
         return EXIT_USAGE
     print(f"repro: wrote {path}; `python {path}` prints the verdict and exits "
           f"{0 if rows[-1].get('pass') else 1} as this row did", file=sys.stderr)

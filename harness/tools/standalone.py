@@ -10,12 +10,12 @@ crashes the script the same way, since the script simply makes the call.
 """
 from __future__ import annotations
 
-import ast
 import base64
+import functools
 import importlib.util
 import json
 import os
-import pprint
+import re
 import sys
 import sysconfig
 import zlib
@@ -27,7 +27,8 @@ _PLAIN_IMPORTS = {"torch", "numpy", "math", "os", "sys", "zlib", "base64", "re",
 
 
 # What the targets' standalone_source writes with (their layer may not import this one).
-from harness.targets.standalone_paste import encode_tensor, paste_source  # noqa: E402,F401
+from harness.targets.standalone_paste import (data_literal, encode_tensor,  # noqa: E402,F401
+                                              paste_source)
 
 
 class Unavailable(Exception):
@@ -44,17 +45,37 @@ def decode_tensor(spec: dict):
     return torch.frombuffer(raw, dtype=dtype).reshape(spec["shape"]).clone()
 
 
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_]\w*)[\w.]*[ \t]+import\b"
+                          r"|import[ \t]+([^#\n]+))", re.MULTILINE)
+
+
+def _imported_names(source: str) -> set[str]:
+    """The top-level modules `source` imports, read from its import lines (the scripts'
+    data is one-line literals, so no text of a case starts a line). A regex, not ast: the
+    call source of the bundled library is ~100 kB, parsed once a script otherwise."""
+    wanted = set()
+    for m in _IMPORT_LINE.finditer(source):
+        if m.group(1):
+            wanted.add(m.group(1))
+        else:
+            for item in m.group(2).split(","):
+                name = item.strip().split(" ")[0].split(".")[0]
+                if name.isidentifier():
+                    wanted.add(name)
+    return wanted
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_dirs() -> frozenset:
+    return frozenset(os.path.realpath(p) for p in (sysconfig.get_paths().get("purelib"),
+                                                   sysconfig.get_paths().get("platlib")) if p)
+
+
 def _library_paths(source: str) -> list[str]:
     """Folders to put on sys.path for the modules call() imports that a plain interpreter
     cannot find (a library living in a checkout, as the bundled one does)."""
-    wanted = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            wanted |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            wanted.add(node.module.split(".")[0])
-    installed = {os.path.realpath(p) for p in (sysconfig.get_paths().get("purelib"),
-                                               sysconfig.get_paths().get("platlib")) if p}
+    wanted = _imported_names(source)
+    installed = _installed_dirs()
     paths = []
     for name in sorted(wanted - _PLAIN_IMPORTS):
         spec = importlib.util.find_spec(name)
@@ -70,6 +91,7 @@ def _library_paths(source: str) -> list[str]:
 
 
 def _one_sentence(row: dict) -> str:
+    """What the harness recorded, for the script's ABOUT (data: the message is the table's)."""
     outcome, message = row.get("outcome", "?"), " ".join(str(row.get("message") or "").split())
     if len(message) > 240:
         message = message[:237] + "..."
@@ -78,25 +100,25 @@ def _one_sentence(row: dict) -> str:
     return f"The harness recorded `{outcome}` for this case: {message or 'no message'}."
 
 
-class _Float(float):
-    """A non-finite float whose repr is Python source (pprint writes `inf`, a NameError)."""
-
-    def __repr__(self) -> str:
-        return f"float({str(float(self))!r})"
-
-
-def _finite_safe(value):
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
-        return _Float(value)
-    if isinstance(value, dict):
-        return {k: _finite_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_finite_safe(v) for v in value)
-    return value
+def _headline(row: dict) -> str:
+    """The script's first comment: the row's outcome where it is one of the harness's own
+    words, else no outcome at all (a table's text goes into ABOUT, never a comment)."""
+    from harness.model.classify import OUTCOMES
+    outcome = row.get("outcome")
+    if row.get("pass") is True:
+        return "# This case passes on the harness (ABOUT below says how)."
+    if isinstance(outcome, str) and outcome in OUTCOMES:
+        return f"# The harness recorded `{outcome}` for this case (ABOUT below says why)."
+    return "# The harness recorded a failure for this case (ABOUT below says which)."
 
 
-def _literal(value) -> str:
-    return pprint.pformat(_finite_safe(value), width=96, compact=True)
+# Hostile text stays data: every value from a case, a table or an id reaches the script
+# through data_literal (harness/targets/standalone_paste.py), never a comment or code.
+_literal = data_literal
+
+
+# What KERNELS_DISABLE_GUARDS holds: guard names (or `all`), joined by commas.
+_GUARDS = re.compile(r"[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*")
 
 
 def script_text(case, target, row: dict, command: str, disable_guards: str | None = None) -> str:
@@ -151,17 +173,20 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
         "causal": problem.causal, "window_left": problem.window_left,
         "sm_scale": problem.sm_scale, "return_lse": problem.return_lse,
     }
+    if disable_guards and not _GUARDS.fullmatch(disable_guards):
+        raise Unavailable(f"disable_guards {shown(disable_guards)!r} is not a comma list of "
+                          "guard names (letters, digits, _ . -): a script would not set it")
     env = {"KERNELS_DISABLE_GUARDS": disable_guards} if disable_guards else {}
     paths = _library_paths(source)
     vocabulary = getattr(getattr(target, "capabilities", None), "vocabulary", None)
     refuse_words = [in_their_words(w, vocabulary) for w in case.refuse_words]
+    about = {"harness": _one_sentence(row), "case": case.id, "expect": case.expect,
+             "seed": case.seed, "torch": torch.__version__, "target": target.name,
+             "library": lib_version, "commit": row.get("commit") or None,
+             "device": device.type, "made_by": command}
     header = [
-        f"# {_one_sentence(row)}",
-        f"# Case: {case.id} (contract: {case.expect}; seed {case.seed}).",
-        f"# Versions: torch {torch.__version__}; {target.name} {lib_version}"
-        + (f" (commit {row['commit']})" if row.get("commit") else "")
-        + f"; made on {device.type}.",
-        f"# Made by: {command}",
+        _headline(row),
+        "# What case, which versions and the command that made this file: ABOUT, below.",
         "# Run: python THIS_FILE.py  -> exit 0 when the library behaves as the contract allows,",
         "# 1 on the defect (the verdict line says which); a crash in the library ends it the same way.",
     ]
@@ -175,14 +200,17 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
     if env:
         parts.append("# The library as it was before its fixes (this row was made with them off);\n"
                      "# set the variable yourself (an empty value: all guards on) to compare.\n"
-                     + "\n".join(f"os.environ.setdefault({k!r}, {v!r})" for k, v in env.items()))
+                     + "\n".join(f"os.environ.setdefault({_literal(k)}, {_literal(v)})"
+                                 for k, v in env.items()))
     if paths:
         parts.append("# The library lives in a checkout, not in site-packages.\n"
-                     + "\n".join(f"sys.path.insert(0, {p!r})" for p in paths))
+                     + "\n".join(f"sys.path.insert(0, {_literal(p)})" for p in paths))
     parts.append("import torch")
-    parts.append(f"CASE_ID = {case.id!r}\nEXPECT = {case.expect!r}\n"
+    parts.append(f"# The case, its row and how this file was made (printed by main()).\n"
+                 f"ABOUT = {_literal(about)}\n"
+                 f"CASE_ID = ABOUT['case']\nEXPECT = {_literal(case.expect)}\n"
                  f"# A refusal must name each as a word (one of its |-separated names: the library's own).\n"
-                 f"REFUSE_WORDS = {refuse_words!r}\nDEVICE = {str(device)!r}\n"
+                 f"REFUSE_WORDS = {_literal(refuse_words)}\nDEVICE = {_literal(str(device))}\n"
                  f"PROBLEM = {_literal(problem_cfg)}\n"
                  f"# The problem's features, as the reference applies them (fp32 values).\n"
                  f"FEATURES = {_literal(features)}\n"
@@ -198,8 +226,10 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
     return "\n\n\n".join(p for p in parts if p is not None) + "\n"
 
 
+@functools.lru_cache(maxsize=1)
 def _reference_source() -> str:
-    """The harness's own reference functions, so the script judges as the row was judged."""
+    """The harness's own reference functions, so the script judges as the row was judged
+    (the same text for every script of a process)."""
     import inspect
     from harness.model import reference
     parts = [f"_LOGITS_BUDGET = {reference._LOGITS_BUDGET!r}"]
@@ -352,7 +382,7 @@ def write_class_repros(table_rows, out_dir, target_spec: str | None = None,
     targets: dict = {}
     done = []
     for cls in failure_classes(df):
-        case_id = cls.example
+        case_id, slug = cls.example, file_slug(cls.slug)
         row = plain_row(cls.rows.iloc[0].to_dict())
         try:
             if target_spec is not None:
@@ -363,21 +393,42 @@ def write_class_repros(table_rows, out_dir, target_spec: str | None = None,
                 target = load_target(spec)
                 targets[spec] = (target, {c.id: c for c in all_cases(target)})
         except Exception as why:  # noqa: BLE001 - a class's line says why, the rest go on
-            done.append((cls.slug, str(case_id), f"not written: {why}"))
+            done.append((slug, shown(case_id), f"not written: {shown(why)}"))
             continue
         target, by_id = targets[spec]
         case = by_id.get(case_id)
         if case is None:
-            done.append((cls.slug, str(case_id), "not written: not in this checkout's cases"))
+            done.append((slug, shown(case_id), "not written: not in this checkout's cases"))
             continue
-        path = out_dir / f"{cls.slug}.py"
+        path = out_dir / f"{slug}.py"
         try:
             write_standalone(case, target, row, path, guards)
-            done.append((cls.slug, case_id, str(path)))
+            done.append((slug, shown(case_id), str(path)))
         except Unavailable as why:
-            done.append((cls.slug, case_id, f"not written: {why}"))
+            done.append((slug, shown(case_id), f"not written: {shown(why)}"))
+        except OSError as why:
+            done.append((slug, shown(case_id), f"not written: cannot write {shown(path)}: "
+                         f"{shown(why.strerror or why)}"))
     return done
 
+
+_SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*")
+
+
+def file_slug(slug) -> str:
+    """A class's slug as a file name: letters, digits, `_`, `-` and single inner dots, at
+    most 80; anything else (a slug is computed from a table's text) becomes `class-<digest>`."""
+    import hashlib
+    text = str(slug)
+    if len(text) <= 80 and _SLUG.fullmatch(text):
+        return text
+    return "class-" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def shown(text) -> str:
+    """Text from a table as a terminal line may show it: every character that is not
+    printable (controls, ESC, line separators, bidi marks) written as its escape."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
 
 _SCRIPT_TAIL = r'''
 # ---- inputs, reference, verdict ----
@@ -472,7 +523,9 @@ def main():
     # (and the process still dies of that signal, as the row's did).
     import faulthandler
     faulthandler.enable()
-    print(f"case {CASE_ID} ({EXPECT}); torch {torch.__version__} on {DEVICE}")
+    # ascii(): the id is anyone's text, and a terminal obeys the escapes it may hold.
+    print(f"case {ascii(CASE_ID)} ({EXPECT}); torch {torch.__version__} on {DEVICE}")
+    print(f"harness: {ascii(ABOUT['harness'])}")
     inputs = {name: [decode(t).to(DEVICE) for t in INPUTS[name]] for name in ("q", "k", "v")}
     try:
         got = call(inputs)
