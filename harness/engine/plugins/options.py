@@ -1,0 +1,139 @@
+"""The check's options as pytest declares them, and the set-up checks made before any case.
+
+Everything here is ours (an option, an environment variable, a cases file): a bad one is one
+line before the first case, never a row that blames the library."""
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from harness.engine import isolation
+from harness.engine.session import check_guard_names as session_check_guard_names
+from harness.model import budget
+from harness.model.routes import DEFAULT_TARGET
+from harness.results import table
+
+GUARDS_ENV = "KERNELS_DISABLE_GUARDS"
+# The bundled library's platforms (kernels/build.py PLATFORMS), named here so the check
+# needs no import of the library.
+KERNEL_PLATFORMS = ("host", "nvidia", "amd")
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("harness", "attention harness")
+    g.addoption("--target", default=DEFAULT_TARGET, help="library under test [bundled]")
+    g.addoption("--family", default=None, help="case families, comma-separated [all]")
+    g.addoption("--route", default=None, help="routes, comma-separated [all the target's]")
+    g.addoption("--case-id", default=None, help="only cases whose id contains this substring")
+    g.addoption("--cases-file", default=None,
+                help="run the cases in this JSON file (Case.to_json list) instead of families")
+    g.addoption("--disable-guards", default=None,
+                help="all|name,name: run the library without these guards (test use)")
+    g.addoption("--results", default=None,
+                help="results table path [results/<arch>-<commit>.jsonl]")
+    g.addoption("--resume", action="store_true",
+                help="skip cases that already have a row in --results; keep its run id")
+    g.addoption("--case-timeout", type=float, default=None,
+                help="seconds per case before it is a hang (plus a per-element allowance)")
+    g.addoption("--run-id", default=None, help="run id recorded on every row")
+    g.addoption("--no-replay", action="store_true",
+                help="skip culprit replay of crashes (rows get isolation '' unless alone)")
+    g.addoption("--profile", default=None, choices=("ci", "full"),
+                help="how many cases: ci (minutes on 2 cores) or full [full with a GPU, else ci]")
+    g.addoption("--repeat", type=int, default=None,
+                help="run each case N times in its worker and compare the answers bitwise "
+                     "[1 on the host, 2 with a GPU]")
+    g.addoption("--max-case-bytes", type=int, default=None,
+                help="a case whose inputs and reference are estimated past this many bytes is "
+                     "a skipped row [half of MemAvailable]")
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def selection_of(config) -> str:
+    return table.selection_slug(*(config.getoption(o) for o in
+                                  ("family", "route", "case_id", "cases_file", "profile")))
+
+
+def one_line(why) -> str:
+    text = " ".join(str(why).split())
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def check_guard_names(value: str | None, target: str = DEFAULT_TARGET) -> None:
+    """session.check_guard_names, as pytest's usage error."""
+    try:
+        session_check_guard_names(value, target)
+    except ValueError as why:
+        raise pytest.UsageError(str(why)) from None
+
+
+def disable_guards_env(value: str | None, target: str) -> None:
+    check_guard_names(value, target)
+    if value:
+        os.environ[GUARDS_ENV] = value
+
+
+def user_guards_error(config) -> str | None:
+    """KERNELS_DISABLE_GUARDS set by the user, not by --disable-guards, judged as the option
+    would be: an unknown name is one line now instead of every case's harness_error row."""
+    if config.getoption("disable_guards") or not os.environ.get(GUARDS_ENV):
+        return None
+    try:
+        session_check_guard_names(os.environ[GUARDS_ENV], config.getoption("target"))
+    except ValueError as why:
+        return f"{GUARDS_ENV}={os.environ[GUARDS_ENV]}: " + one_line(why).replace(
+            "--disable-guards: ", "")
+    return None
+
+
+def setup_errors(config) -> str | None:
+    """Why this machine's set-up cannot make a run, in one line; None when it can."""
+    plat = os.environ.get("KERNELS_PLATFORM", "").strip()
+    if plat and plat not in KERNEL_PLATFORMS:
+        return f"KERNELS_PLATFORM is {plat!r}; expected one of {', '.join(KERNEL_PLATFORMS)} (or unset)"
+    cache = os.environ.get("KERNELS_CACHE_DIR")
+    if cache:
+        why = _unwritable(Path(cache))
+        if why:
+            return f"KERNELS_CACHE_DIR {cache} cannot hold the kernels' build cache ({why})"
+    timeout = config.getoption("case_timeout")
+    if timeout is not None and not 0 < timeout <= isolation_ceiling():
+        return (f"--case-timeout {timeout:g}: must be above 0 and at most "
+                f"{isolation_ceiling():g} s (the per-case ceiling)")
+    limit = config.getoption("max_case_bytes")
+    if limit is not None and limit <= 0:
+        return f"--max-case-bytes {limit}: must be above 0"
+    path = config.getoption("cases_file")
+    if path:
+        try:
+            budget.load_cases_data(Path(path).read_text(encoding="utf-8"), str(path))
+        except OSError as e:
+            return f"--cases-file {path}: {e.strerror or e}"
+        except UnicodeDecodeError:
+            return f"--cases-file {path}: not UTF-8 text"
+        except budget.CasesFileError as e:
+            return f"--cases-file {e}"
+    return None
+
+
+def isolation_ceiling() -> float:
+    return isolation.CASE_TIMEOUT_CEILING_S
+
+
+def _unwritable(folder: Path) -> str | None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return e.strerror or str(e)
+    if not folder.is_dir():
+        return "not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "not writable"
+    return None

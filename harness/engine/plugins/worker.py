@@ -1,0 +1,109 @@
+"""A worker's side: the test body that runs one case and attaches its row, the retiring of a
+worker whose device is unusable, and the worker's device."""
+from __future__ import annotations
+
+import pytest
+
+from harness.engine import device_memory, forkserver, isolation
+from harness.engine.perform import execute_repeated, failure_text, is_sticky, row_context
+from harness.engine.row import case_row
+from harness.engine.session import RUN, ROW_KEY, Run, default_profile, get_run
+
+
+def worker_state(run: Run) -> isolation.WorkerState:
+    if run.state is None:
+        state_dir = run.state_dir or isolation.state_tempdir()
+        run.state_dir = state_dir
+        run.state = isolation.WorkerState(state_dir, run.worker)
+    return run.state
+
+
+def run_case(request, case) -> dict:
+    """The test body: execute the case, attach its row, fail when it fails."""
+    run = get_run(request.config)
+    item = request.node
+    state = worker_state(run)
+    target = run.target()
+    if run.context is None:
+        run.context = row_context(target)
+    if state.data.get("context") is None:
+        state.set_context(run.context)
+    # A rerun must never report the previous attempt's row if this attempt raises.
+    item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
+    shares = device_memory.shares_for(case.params, device_memory.total_device_bytes())
+    with device_memory.held(run.state_dir, shares):   # before the hang timer starts
+        state.begin(case.id, run.timeout_for(case))
+        row = None
+        forked = forkserver.forks_each(target, case)
+        try:
+            if forked:
+                row = forkserver.forked_row(case, run.opt("target"), target, run.repeat(),
+                                            run.timeout_for(case), run.context)
+            else:
+                result, attempts = execute_repeated(case, target, run.repeat(),
+                                                    on_stage=state.stage)
+        finally:
+            state.end(case.id)
+        if shares:
+            device_memory.release_cached()
+    if row is None:
+        row = case_row(case, result, attempts=attempts, repeat=run.repeat(),
+                       profile=run.opt("profile") or default_profile(), **run.context)
+    else:
+        row["profile"] = run.opt("profile") or default_profile()
+    sick = isolation.health_probe()
+    if sick is None and is_sticky(row) and not forked:
+        # A crash in a forked child poisoned that child, not this worker.
+        sick = row["message"]
+    if sick is not None:
+        run.retire_reason = sick
+        if row["outcome"] not in ("crash", "hang"):
+            row.update(outcome="crash", **{"pass": False}, error_type="device error",
+                       message=f"sticky device error after the case: {sick}"
+                               + (f" (case outcome was {row['outcome']}: {row['message']})"
+                                  if row["message"] else ""))
+    item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
+    item.user_properties.append((ROW_KEY, row))
+    if not row["pass"]:
+        pytest.fail(failure_text(row), pytrace=False)
+    return row
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    run = item.config.stash.get(RUN, None)
+    if run is not None and run.retire_reason and run.state is not None and run.is_worker:
+        # The device is unusable: leave before this case starts; the
+        # controller reschedules it on a fresh worker.
+        run.state.retire(run.retire_reason)
+
+
+def prepare_device(worker: str) -> None:
+    """Spread workers over the host's GPUs (worker gwN runs on device N mod count), and make
+    the device context in the background.
+
+    One worker group per device, so `-n 16` on a host of 8 GPUs puts two workers
+    on each. Nothing to do on a CPU-only machine (torch.cuda.is_available() does
+    not initialize a device context, so the check is free there).
+    """
+    import torch
+    if not worker.startswith("gw") or not torch.cuda.is_available():
+        return
+    count = torch.cuda.device_count()
+    index = int(worker[2:]) % count if count > 1 else 0
+    if count > 1:
+        torch.cuda.set_device(index)
+    # The device context (0.3 s alone, ~2 s when 16 workers start at once) is made while this
+    # worker collects its cases. torch initializes under a lock, so a case that reaches the
+    # device first waits for it; one that fails is raised again by the case's first call.
+    import threading
+    threading.Thread(target=_make_context, args=(index,), name="harness-device-context",
+                     daemon=True).start()
+
+
+def _make_context(index: int) -> None:
+    import torch
+    try:
+        torch.empty(1, device=f"cuda:{index}")   # the first allocation makes the context
+    except Exception:  # noqa: BLE001 - the first case's own device call raises it again
+        pass
