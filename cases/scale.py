@@ -13,6 +13,11 @@ seconds each on the host ("ci" profile):
   offset_past_2_31_host  every paged route with page ids whose element offset passes 2^31,
                  in lazily allocated pools (one kv head, a few short requests)
 
+  rows_past_2_31_k / _v  ragged prefill and the single routes with k (or v) passed as a view
+                 whose token stride puts its last rows past element 2^31, over a lazily
+                 allocated buffer (harness/targets/layout.py far_rows: strided "k_far" /
+                 "v_far"), so a 32-bit token offset wraps on the host in seconds
+
 profile="full" adds what only a GPU runs in reasonable time and memory:
 kv of 32k to 128k tokens (prefill with thousands of query rows, on the
 default workspace, which the planner must fit) and page ids whose element
@@ -67,9 +72,36 @@ def _short_lens(n: int, decode: bool) -> tuple[list[int], list[int]]:
 
 # ---------------------------------------------------------------- ci
 
+# (k or v far, dtype, head_dim, heads, qo_lens, kv_lens): each route's rows past 2^31, 16-bit
+# only (an fp32 buffer past 2^31 elements is twice the address space for nothing more).
+FAR_ROWS = {
+    "ragged_prefill": (("k", "fp16", 64, (4, 1), [5, 2], [40, 17]),
+                       ("v", "bf16", 64, (4, 2), [3, 6], [25, 30]),
+                       ("k", "bf16", 128, (2, 1), [4, 1], [33, 8]),
+                       ("v", "fp16", 128, (4, 4), [2, 7], [9, 44]),
+                       ("k", "fp16", 32, (8, 2), [6], [21]),
+                       ("v", "bf16", 32, (2, 2), [1, 3, 2], [12, 7, 19])),
+    "single_prefill": (("k", "fp16", 64, (4, 1), [5], [40]),
+                       ("v", "bf16", 128, (4, 2), [9], [23]),
+                       ("v", "fp16", 32, (2, 2), [3], [31])),
+    "single_decode": (("k", "bf16", 64, (8, 2), [1], [45]),
+                      ("v", "fp16", 128, (4, 1), [1], [20]),
+                      ("k", "fp16", 32, (2, 2), [1], [13])),
+}
+
+
+def _far_rows(op):
+    for n, (side, dtype, d, heads, qo, kv) in enumerate(FAR_ROWS[op]):
+        yield f"rows_past_2_31_{side}", _params(dtype, d, heads, qo_lens=qo, kv_lens=kv,
+                                                causal=op != "single_decode" and n % 2 == 0,
+                                                return_lse=n % 3 != 2, layout="NHD",
+                                                strided=f"{side}_far")
+
+
 def _single_prefill(backend, full):
     yield "long_kv", _params("bf16", 128, (2, 1), qo_lens=[8], kv_lens=[8192], causal=True,
                              return_lse=True)
+    yield from _far_rows("single_prefill")
     if full:
         yield "long_kv_full", _params("bf16", 128, (8, 2), qo_lens=[4096], kv_lens=[65536],
                                       causal=True, return_lse=True)
@@ -78,6 +110,7 @@ def _single_prefill(backend, full):
 def _single_decode(backend, full):
     yield "long_kv", _params("fp16", 128, (8, 1), qo_lens=[1], kv_lens=[8192], causal=False,
                              return_lse=True)
+    yield from _far_rows("single_decode")
     if full:
         yield "long_kv_full", _params("fp16", 128, (32, 8), qo_lens=[1], kv_lens=[131072],
                                       causal=False, return_lse=True)
@@ -111,6 +144,7 @@ def _ragged_prefill(backend, full):
     qo, kv = _short_lens(260, decode=False)
     yield "batch_many", _params("fp16", 64, (2, 1), qo_lens=qo, kv_lens=kv, causal=True,
                                 return_lse=True)
+    yield from _far_rows("ragged_prefill")
     if full:
         yield "long_kv_full", _params("bf16", 128, (32, 8), qo_lens=[4096, 1],
                                       kv_lens=[32768, 65536], causal=True, return_lse=True)

@@ -262,7 +262,7 @@ def _strided_not_handed(read: ReadParams) -> Verdict | None:
     name = read._params.get("strided")
     if not name:
         return None
-    base = name[:-len("_heads")] if name.endswith("_heads") else name
+    base = next((name[:-len(tail)] for tail in ("_heads", "_far") if name.endswith(tail)), name)
     if base in read.buffers.names() or name in read.buffers.names():
         return None
     return harness_error_verdict(

@@ -85,7 +85,9 @@ SCHEMA: dict[str, Param] = {
                             "allocates and returns them"),
     # ---- adversarial perturbations
     "strided": Param(_STR, "the one tensor passed as an adversarial view (stride(-1) == 2, NaN in "
-                           "the skipped slots; q_heads: head-sliced; an index tensor: every other)"),
+                           "the skipped slots; q_heads: head-sliced; an index tensor: every other; "
+                           "k_far / v_far: rows a token stride apart, the last past element "
+                           "2^31, in a lazily allocated buffer)"),
     "mismatch": Param(_DICT, "{field, value[, only]}: run() gets tensors that disagree with "
                              "plan() there; only k | v: of a field that moves k and v "
                              "together, that one alone"),

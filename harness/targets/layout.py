@@ -33,6 +33,10 @@ class Views:
         if self.strided == name:
             t = strided_last_dim(t)
             self.used.add(name)
+        elif self.strided == name + "_far":
+            # Rows far apart in a lazily allocated buffer: element offsets past 2^31.
+            t = far_rows(t)
+            self.used.add(self.strided)
         elif self.strided == name + "_heads":
             # [rows, H, D] cut from [rows, H + 1, D]; a one-token [H, D] from [H, 2, D].
             t = head_sliced(t) if t.dim() == 3 else head_sliced(t.unsqueeze(1)).squeeze(1)
@@ -132,6 +136,27 @@ def _pool(shape, dtype, device, owned) -> torch.Tensor:
     index = torch.tensor(sorted(near), dtype=torch.long, device=device)
     pages.index_fill_(0, index, float("nan"))
     return pages
+
+
+# far_rows: the token stride that puts the last FAR_ROWS_PAST rows of a tensor past 2^31
+# elements (a 32-bit offset wraps there).
+FAR_ROWS_PAST = 4
+
+
+def far_rows(t: torch.Tensor) -> torch.Tensor:
+    """A view equal to t [N, ...] whose rows sit a token stride apart in one lazily allocated
+    buffer, so that the last FAR_ROWS_PAST rows start past element 2^31: only the rows' pages
+    are resident (and the NaN band below row 1, where a kernel that ignores the stride lands)."""
+    n, row = t.shape[0], t[0].numel() if t.shape[0] else 0
+    if n <= FAR_ROWS_PAST or row == 0:
+        raise Skip(f"far rows need more than {FAR_ROWS_PAST} rows, got {n}")
+    stride = -(-(1 << 31) // (n - FAR_ROWS_PAST))
+    stride = max(stride, row)
+    buf = torch.empty(((n - 1) * stride + row,), dtype=t.dtype, device=t.device)
+    buf[:min(n * row, stride)].fill_(float("nan"))
+    view = buf.as_strided(tuple(t.shape), (stride, *t[0].contiguous().stride()), 0)
+    view.copy_(t)
+    return view
 
 
 def build_paged(problem, page_size: int, layout: str = "NHD", order: str = "shuffled",
