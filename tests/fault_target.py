@@ -14,6 +14,8 @@ endless loop inside a kernel); otherwise pure-Python equivalents.
                                               process), right afterwards
   poison  leaves state behind         victim  SIGSEGV only after a `poison` case
   sticky  right answer, then the device health probe fails (worker retires)
+  late    right answer from a case that holds device memory shares, then a poisoned
+          context: the worker's cache release and health probe raise a device error
   slow    right answer after sleeping $FAULTS_SLOW_S seconds (0 when unset)
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ from harness.model.case import Case
 from harness.targets.base import Target
 
 FAULTS = ("none", "wrong", "sigfpe", "segv", "abort", "exit3", "hang", "flaky",
-          "poison", "victim", "sticky", "slow")
+          "poison", "victim", "sticky", "slow", "late")
 ROUTES = ("faults.single_prefill",)
 
 # Left behind by a `poison` case; read by a `victim` case in the same process.
@@ -121,11 +123,44 @@ class FaultsTarget(Target):
         elif fault == "sticky":
             from harness.engine import isolation
             isolation._FORCED_UNHEALTHY[:] = [f"injected sticky device error after {case.id}"]
+        elif fault == "late":
+            _poison_context(case.id)
         elif fault != "none":
             _inject(fault)
         out = buffers.output(right.shape, right.dtype, "o")
         out.copy_(right)
         return {"o": out}
+
+
+LATE_SHARES = 2   # the device memory shares a `late` case holds (device_memory.held)
+
+
+def _holds_shares() -> None:
+    """On the CPU no case holds shares (there is no device to share); a `late` case holds
+    LATE_SHARES, so its worker takes them and releases the cached blocks after it, as a big
+    case does on a GPU."""
+    from harness.engine import device_memory
+    if getattr(device_memory.shares_for, "faults_target", False):
+        return
+    real = device_memory.shares_for
+
+    def shares_for(params, total_bytes):
+        return LATE_SHARES if params.get("fault") == "late" else real(params, total_bytes)
+    shares_for.faults_target = True
+    device_memory.shares_for = shares_for
+
+
+def _poison_context(case_id: str) -> None:
+    """What a kernel's illegal access leaves on a GPU: every later device call of this process
+    raises (torch.cuda.empty_cache in the cache release, the health probe's kernel)."""
+    from harness.engine import device_memory, isolation
+    text = ("CUDA error: an illegal memory access was encountered "
+            f"(injected by the faults target after {case_id})")
+
+    def release_cached():
+        raise RuntimeError(text)
+    device_memory.release_cached = release_cached
+    isolation._FORCED_UNHEALTHY[:] = [text]
 
 
 def _first_attempt(case) -> bool:
@@ -142,4 +177,5 @@ def _first_attempt(case) -> bool:
 
 
 def make_target() -> FaultsTarget:
+    _holds_shares()
     return FaultsTarget()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from harness.engine import isolation
+from harness.engine import identity, isolation
 from harness.engine.row import case_row
 
 
@@ -17,7 +17,9 @@ def row_context(target) -> dict:
         arch = f"unknown ({type(e).__name__})"
     return {
         "arch": arch, "platform": _safe(target.platform), "target": target.name,
-        "target_version": _safe(target.version), "library_commit": _safe(target.commit),
+        "target_version": _safe(target.version),
+        "library_commit": _safe(lambda: identity.library_commit(target)[0]),
+        "harness_commit": _safe(identity.harness_commit),
         "build_hash": _safe(target.build_id),
         "disable_guards": os.environ.get("KERNELS_DISABLE_GUARDS", ""),
     }
@@ -51,10 +53,6 @@ def perform(case, target, repeat: int, context: dict, on_stage=None, **extra) ->
     """The case's row, every attempt judged."""
     result, attempts = execute_repeated(case, target, repeat, on_stage=on_stage)
     return case_row(case, result, attempts=attempts, repeat=repeat, **context, **extra)
-
-
-def is_sticky(row: dict) -> bool:
-    return row.get("outcome") == "crash" or isolation.is_sticky_device_error(row.get("message", ""))
 
 
 def failure_text(row: dict) -> str:

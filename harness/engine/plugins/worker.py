@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.engine import device_memory, forkserver, isolation
-from harness.engine.perform import execute_repeated, failure_text, is_sticky, row_context
+from harness.engine import after_call, device_memory, forkserver, isolation
+from harness.engine.perform import execute_repeated, failure_text, row_context
 from harness.engine.row import case_row
 from harness.engine.session import RUN, ROW_KEY, Run, default_profile, get_run
 
@@ -22,15 +22,32 @@ def run_case(request, case) -> dict:
     """The test body: execute the case, attach its row, fail when it fails."""
     run = get_run(request.config)
     item = request.node
+    # A rerun must never report the previous attempt's row if this attempt raises.
+    item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
+    try:
+        row = _case_row(run, case)
+    except BaseException:
+        # Ours (a harness or adapter bug): the controller writes its harness_error row. A
+        # device that is sick now still retires the worker before its next case.
+        late = after_call.probe()
+        if late is not None:
+            run.retire_reason = late.text
+        raise
+    item.user_properties.append((ROW_KEY, row))
+    if not row["pass"]:
+        pytest.fail(failure_text(row), pytrace=False)
+    return row
+
+
+def _case_row(run: Run, case) -> dict:
     state = worker_state(run)
     target = run.target()
     if run.context is None:
         run.context = row_context(target)
     if state.data.get("context") is None:
         state.set_context(run.context)
-    # A rerun must never report the previous attempt's row if this attempt raises.
-    item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
     shares = device_memory.shares_for(case.params, device_memory.total_device_bytes())
+    late = None
     with device_memory.held(run.state_dir, shares):   # before the hang timer starts
         state.begin(case.id, run.timeout_for(case))
         row = None
@@ -44,28 +61,15 @@ def run_case(request, case) -> dict:
                                                     on_stage=state.stage)
         finally:
             state.end(case.id)
-        if shares:
-            device_memory.release_cached()
+            late = after_call.release(shares)   # never raises: judged with the row
     if row is None:
         row = case_row(case, result, attempts=attempts, repeat=run.repeat(),
                        profile=run.opt("profile") or default_profile(), **run.context)
     else:
         row["profile"] = run.opt("profile") or default_profile()
-    sick = isolation.health_probe()
-    if sick is None and is_sticky(row) and not forked:
-        # A crash in a forked child poisoned that child, not this worker.
-        sick = row["message"]
-    if sick is not None:
-        run.retire_reason = sick
-        if row["outcome"] not in ("crash", "hang"):
-            row.update(outcome="crash", **{"pass": False}, error_type="device error",
-                       message=f"sticky device error after the case: {sick}"
-                               + (f" (case outcome was {row['outcome']}: {row['message']})"
-                                  if row["message"] else ""))
-    item.user_properties[:] = [p for p in item.user_properties if p[0] != ROW_KEY]
-    item.user_properties.append((ROW_KEY, row))
-    if not row["pass"]:
-        pytest.fail(failure_text(row), pytrace=False)
+    retire = after_call.judge(row, late, forked)
+    if retire is not None:
+        run.retire_reason = retire
     return row
 
 
