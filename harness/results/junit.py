@@ -24,8 +24,10 @@ from typing import Callable, Iterable, Mapping
 
 from harness.results.summary import output_numbers, output_text
 
-# Characters XML 1.0 cannot carry at all (a library's message may hold any byte).
-_NOT_XML = re.compile("[^\u0009\u000A\u000D\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]")
+# Characters XML 1.0 cannot carry at all (a library's message may hold any byte), and the
+# bidi controls that would show a reader of the CI page text in another order than it is.
+_NOT_XML = re.compile("[^\u0009\u000A\u000D\u0020-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]"
+                      "|[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]")
 _SIGNAL = re.compile(r"\bSIG[A-Z]{2,7}\b")
 
 
@@ -84,7 +86,9 @@ def failure_text(row: Mapping, repro: str) -> str:
     for n in per:
         lines.append(f"{n['name']}: {output_text(n)[len(n['name']) + 1:]}")
     lines.append(f"repro: {repro}")
-    return "\n".join(lines)
+    # Every line holds a table's or a library's text: cleaned as a whole, the repro
+    # command and the per-output lines included.
+    return _clean("\n".join(lines))
 
 
 def _is_true(value) -> bool:
@@ -98,8 +102,8 @@ def junit_tree(rows: Iterable[Mapping], *, suite: str = "attention-harness",
     failing row does)."""
     rows = list(rows)
     repro = repro or default_repro
-    root = ET.Element("testsuites", name=suite)
-    ts = ET.SubElement(root, "testsuite", name=suite)
+    root = ET.Element("testsuites", name=_clean(suite))
+    ts = ET.SubElement(root, "testsuite", name=_clean(suite))
     props = ET.SubElement(ts, "properties")
     first = rows[0] if rows else {}
     for key in ("target", "target_version", "arch", "platform", "library_commit", "build_hash",
