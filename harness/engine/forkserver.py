@@ -11,6 +11,12 @@ state, so a case costs a fork, not an interpreter. Each child runs the one child
 Protocol (lines on stdin / stdout): the worker writes `RUN <spec.json> <state dir>`; the
 server forks, waits for the child and answers `DONE <exit status>` (negative: the signal);
 the child's rows are in `<state dir>/rows`.
+
+Timing: the server starts before the case's timer (server_for, called by the worker ahead of
+the case), so its start-up (an interpreter, torch, the target: 10-21 s on a loaded host) is no
+part of any case. Then the forked child's own timer fires first, at the case's timeout, and
+its breadcrumbs say the stage it hung in; the worker's budget for the child (slack_s later)
+and the worker's own timer (slack_s after that) only act when the child cannot.
 """
 from __future__ import annotations
 
@@ -24,20 +30,38 @@ from pathlib import Path
 
 from harness.engine import child, fast_exit
 
+# How long a server may take to start (an interpreter, torch, the target) before the case
+# that wanted it is a harness_error: its start is ours, never the library's hang.
+START_BUDGET_S = 300.0
+
+
+def slack_s(timeout_s: float) -> float:
+    """How long after a forked child's own timer its parent's budget, and then the worker's
+    own timer, each wait: a fork, the child's traceback dump and its breadcrumbs fit."""
+    return max(10.0, 0.1 * timeout_s)
+
+
+def worker_timeout(timeout_s: float) -> float:
+    """The worker's own timer for a case forked with `timeout_s`: past the child's and past
+    the budget the worker gives the child, so the child's stage is what the row says."""
+    return timeout_s + 2 * slack_s(timeout_s)
+
 
 class ForkServer:
     """The worker's handle on its server (started on first use, one per worker)."""
 
-    def __init__(self, target_spec: str, env: dict):
+    def __init__(self, target_spec: str, env: dict, start_budget_s: float = START_BUDGET_S):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "harness.engine.forkserver", target_spec],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, text=True)
         self.lock = threading.Lock()
-        ready = self.proc.stdout.readline().strip()
-        if ready != "READY":
-            self.proc.kill()
-            raise RuntimeError(f"the fork server for {target_spec} did not start: {ready!r}")
+        ready = _read_line(self.proc, start_budget_s)
+        if ready is None or ready.strip() != "READY":
+            self.close(kill_children=True)
+            said = "no answer" if ready is None else repr(ready.strip())
+            raise RuntimeError(f"the fork server for {target_spec} did not start within "
+                               f"{start_budget_s:g} s ({said})")
 
     def run(self, spec_path: str, state_dir: str, budget_s: float | None) -> tuple[int, bool]:
         """(exit status, killed): the status of the child that ran the spec; killed when
@@ -45,15 +69,11 @@ class ForkServer:
         with self.lock:
             self.proc.stdin.write(f"RUN {spec_path} {state_dir}\n")
             self.proc.stdin.flush()
-            answer: list[str] = []
-            reader = threading.Thread(target=lambda: answer.append(self.proc.stdout.readline()),
-                                      daemon=True)
-            reader.start()
-            reader.join(budget_s)
-            if reader.is_alive() or not answer or not answer[0].startswith("DONE "):
+            answer = _read_line(self.proc, budget_s)
+            if answer is None or not answer.startswith("DONE "):
                 self.close(kill_children=True)
                 return -9, True
-            return int(answer[0].split()[1]), False
+            return int(answer.split()[1]), False
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -69,16 +89,30 @@ class ForkServer:
         self.proc.wait()
 
 
+def _read_line(proc, budget_s: float | None) -> str | None:
+    """proc's next stdout line, or None when none came within budget_s."""
+    answer: list[str] = []
+    reader = threading.Thread(target=lambda: answer.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(budget_s)
+    return None if reader.is_alive() or not answer else answer[0]
+
+
 def forks_each(target, case) -> bool:
     """Whether the case runs in a child forked from its worker: a target that declares
     that a contract's cases may write past their buffers (Target.fork_each) keeps those
     cases from poisoning the rows of whatever its worker runs next. Only on the CPU: a
-    forked child cannot use a parent's GPU context."""
+    forked child cannot use a parent's GPU context. A case skipped before the library is
+    called (a capability the target lacks, the size ceiling, the adapter's own skip) is
+    never forked: it runs no library code, and its skip costs no child."""
     wanted = getattr(target, "fork_each", frozenset())
     if case.expect not in wanted:
         return False
     import torch
-    return not (torch.cuda.is_available() and torch.cuda.is_initialized())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return False
+    from harness.engine.execute import skip_reason
+    return skip_reason(case, target) is None
 
 
 _SERVERS: dict = {}
@@ -106,9 +140,9 @@ def run_spec(case_spec: "child.Spec", budget_s: float | None) -> "child.Outcome"
 
 def forked_row(case, spec: str, target, repeat: int, timeout_s: float, context: dict) -> dict:
     """The case's row from a child forked by this worker's fork server (forkserver.py):
-    its finished row, or the row of its death."""
-    case_spec = child.Spec(target=spec, cases=[case], repeat=repeat, case_timeout=timeout_s)
-    out = run_spec(case_spec, timeout_s + 30)
+    its finished row, or the row of its death. The child's own timer is `timeout_s`."""
+    case_spec = child.Spec(target=spec, cases=[case], repeat=repeat, timeout_s=timeout_s)
+    out = run_spec(case_spec, timeout_s + slack_s(timeout_s))
     if out.rows:
         return dict(out.rows[-1], isolation=out.rows[-1].get("isolation") or "alone")
     from harness.engine import row as rows
@@ -121,7 +155,6 @@ def _serve_forever(target_spec: str) -> int:
     os.setpgid(0, 0)          # its children are ended with it (ForkServer.close)
     import torch
     torch.set_num_threads(1)  # no OpenMP pool in this process: a fork inherits no threads
-    from harness.model.case import Case
     from harness.targets import load_target
     target = load_target(target_spec)
     print("READY", flush=True)
@@ -130,11 +163,7 @@ def _serve_forever(target_spec: str) -> int:
         if len(parts) != 3 or parts[0] != "RUN":
             continue
         spec_path, state_dir = parts[1], parts[2]
-        data = json.loads(Path(spec_path).read_text())
-        spec = child.Spec(target=data["target"], cases=[Case.from_json(c) for c in data["cases"]],
-                          disable_guards=data.get("disable_guards"),
-                          repeat=int(data.get("repeat") or 1),
-                          case_timeout=data.get("case_timeout"))
+        spec = child.Spec.from_json(json.loads(Path(spec_path).read_text()))
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns

@@ -10,6 +10,10 @@ from harness.engine.row import case_row
 from harness.engine.session import RUN, ROW_KEY, Run, default_profile, get_run
 
 
+# The worker's stage while a forked child runs its case (the child has stages of its own).
+FORKED_STAGE = "forked child"
+
+
 def worker_state(run: Run) -> isolation.WorkerState:
     if run.state is None:
         state_dir = run.state_dir or isolation.state_tempdir()
@@ -48,14 +52,20 @@ def _case_row(run: Run, case) -> dict:
         state.set_context(run.context)
     shares = device_memory.shares_for(case.params, device_memory.total_device_bytes())
     late = None
+    timeout = run.timeout_for(case)
+    forked = forkserver.forks_each(target, case)   # never for a case skipped before the call
+    if forked:
+        # Started before the case's timer: its start-up is no part of the case. The child's
+        # own timer (the case's timeout) then fires first and names the child's stage.
+        forkserver.server_for(run.opt("target"))
     with device_memory.held(run.state_dir, shares):   # before the hang timer starts
-        state.begin(case.id, run.timeout_for(case))
+        state.begin(case.id, forkserver.worker_timeout(timeout) if forked else timeout)
         row = None
-        forked = forkserver.forks_each(target, case)
         try:
             if forked:
+                state.stage(FORKED_STAGE)
                 row = forkserver.forked_row(case, run.opt("target"), target, run.repeat(),
-                                            run.timeout_for(case), run.context)
+                                            timeout, run.context)
             else:
                 result, attempts = execute_repeated(case, target, run.repeat(),
                                                     on_stage=state.stage)
