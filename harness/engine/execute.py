@@ -124,14 +124,9 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             **{col: getattr(summary, col) if summary else None for col in PER_OUTPUT_COLUMNS},
             outputs=outputs or {})
 
-    normalize(case.params)       # a malformed case is a harness error, never a skip
-    lacking = target.capabilities.lacks(case.op, case.params, case.requires)
-    if lacking is not None:
-        return done(classify(case, skip_reason=f"{target.name} lacks {lacking}"))
-    # Before any tensor is made: a case past the memory ceiling is skipped, naming both.
-    over = budget.over_ceiling(dict(case.params), budget.run_ceiling())
-    if over is not None:
-        return done(classify(case, skip_reason=over))
+    why = skip_reason(case, target)
+    if why is not None:
+        return done(classify(case, skip_reason=why))
     try:
         return _execute(case, target, device, buffers, done)
     except Exception as error:
@@ -143,6 +138,23 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             raise
         return done(device_fault_verdict(case, error, buffers.current_stage),
                     error_type=type(error).__name__)
+
+
+def skip_reason(case: Case, target: Target) -> str | None:
+    """Why the case is skipped before any tensor is made or any library code runs, or None:
+    a capability the target lacks, the memory ceiling, the adapter's own skip_reason (a
+    Target hook: a skip it can decide from the case alone). Decided in the worker, so a case
+    the target runs forked (forkserver.forks_each) costs no child to be skipped. A malformed
+    case raises: a harness error, never a skip."""
+    normalize(case.params)
+    lacking = target.capabilities.lacks(case.op, case.params, case.requires)
+    if lacking is not None:
+        return f"{target.name} lacks {lacking}"
+    over = budget.over_ceiling(dict(case.params), budget.run_ceiling())
+    if over is not None:
+        return over
+    own = getattr(target, "skip_reason", None)
+    return own(case) if callable(own) else None
 
 
 def device_fault_verdict(case: Case, error: BaseException, stage: str, before: str = ""):
