@@ -22,6 +22,17 @@ Scenario: params["scenario"] = "restaged" (harness/targets/plan_run/replan_scena
 
 The dtype is not the point: bf16 (the seed's) where the target has it, else the first dtype
 it declares (cases/_dtypes.py).
+
+A vLLM-shaped target (feature metadata_restage: a metadata call such as vLLM's
+get_scheduler_metadata reads the caller's seq_lens and query_start_loc, and the run is
+handed the same tensors) gets the same class on its own tensors
+(harness/targets/block_table/restage.py): the caller's seq_lens, query_start_loc or block
+table, rewritten in place after the metadata call and before the run. The problem is the
+batch they describe at the run; before the rewrite they held it regrouped (request order
+reversed in that tensor: a plan for kv lengths [300, 50, 100] run with [100, 50, 300]).
+These are match_or_refuse: the library must compute the run's batch (plan again, or never
+lean on what the metadata call read) or refuse naming the tensor; an answer for neither
+batch is wrong.
 """
 from __future__ import annotations
 
@@ -57,6 +68,41 @@ ROWS = (
 )
 
 
+# The block-table rows: (op, variant, restaged tensors, the problem). Decode carries the seed's
+# lengths; a prefill batch gives query_start_loc something to regroup (causal, and every
+# request's kv covers its queries in either order).
+_BLOCK_BASE = {"head_dim": 128, "num_qo_heads": 8, "num_kv_heads": 2, "window_left": -1,
+               "return_lse": False, "page_size": 16}
+_DECODE = {"qo_lens": [1, 1, 1], "kv_lens": [100, 50, 300], "causal": False}
+_PREFILL = {"qo_lens": [5, 1, 9], "kv_lens": [40, 60, 20], "causal": True}
+BLOCK_ROWS = (
+    ("batch_decode", "seq_lens", ["seq_lens"], _DECODE),
+    ("batch_decode", "block_table", ["block_table"], _DECODE),
+    ("paged_prefill", "seq_lens", ["seq_lens"], _PREFILL),
+    ("paged_prefill", "query_start_loc", ["query_start_loc"], _PREFILL),
+    ("paged_prefill", "block_table", ["block_table"], _PREFILL),
+    ("paged_prefill", "all_three_metadata", ["seq_lens", "query_start_loc", "block_table"],
+     _PREFILL),
+)
+# The metadata field each restaged tensor is (a refusal names it; the vocabulary maps it).
+_FIELD = {"seq_lens": "kv_lens", "query_start_loc": "query_start_loc",
+          "block_table": "block_table"}
+
+
+def block_cases(routes, dtype: str) -> Iterator[Case]:
+    for route in routes:
+        op = op_of(route)
+        for row_op, variant, restage, problem in BLOCK_ROWS:
+            if op != row_op:
+                continue
+            params = {**_BLOCK_BASE, **problem, "dtype": dtype, "restage": restage}
+            fields = tuple(_FIELD[n] for n in restage)
+            tag = f"{dtype}-d128-h8x2-p16-kv{max(problem['kv_lens'])}"
+            yield Case(route=route, family=FAMILY, variant=variant, params=params,
+                       expect="match_or_refuse", tag=tag, refuse_words=("|".join(fields),),
+                       requires=("metadata_restage",) + tuple(f"metadata.{f}" for f in fields))
+
+
 def cases(routes, profile: str = "ci", dtypes=None) -> Iterator[Case]:
     # The full profile (the GPU's default) also holds the caller's index tensors on the
     # device: plan() must copy those too. On the host "device" is the CPU (skipped there).
@@ -76,3 +122,4 @@ def cases(routes, profile: str = "ci", dtypes=None) -> Iterator[Case]:
                 tag = f"{dtype}-d128-h16x2-p16-kv{max(kv)}" + ("" if where == "cpu" else "-devidx")
                 yield Case(route=route, family=FAMILY, variant=variant, params=params,
                            expect="match", tag=tag, requires=REQUIRES)
+    yield from block_cases(routes, dtype)

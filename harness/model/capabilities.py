@@ -12,6 +12,8 @@ Features (Case.requires and Capabilities.features):
   partial_state   paged run(partial_state=(v, s)) merging a prior attention state
   split_control   the caller sets the planner's KV split (max_kv_chunk)
   restage         plan() reads caller-owned CPU index tensors the caller may rewrite
+  metadata_restage  a metadata call reads caller-owned tensors (seq_lens, query_start_loc)
+                  the run is handed again: the caller may rewrite them between the two
   softcap         logits_soft_cap: logits c * tanh(s / c) before masking
   sinks           a sink logit per q head in the softmax denominator
   alibi           ALiBi slopes per q head, bottom-right aligned positions
@@ -38,7 +40,7 @@ ALL_DTYPES = frozenset({"fp16", "bf16", "fp32"})
 ALL_LAYOUTS = frozenset({"NHD", "HND"})
 FEATURES = frozenset({"plan_run", "graphs", "partial_state", "split_control", "restage",
                       "softcap", "sinks", "alibi", "fp8_kv", "multi_token_decode",
-                      "custom_mask"})
+                      "custom_mask", "metadata_restage"})
 # The abstract fields a batch description may carry (harness/targets/*/mismatch.py perform
 # them): a case about field F runs tensors or metadata that disagree with the rest there.
 METADATA_FIELDS = {

@@ -6,7 +6,10 @@ with torch.ops.load_library and its ops are torch.ops._C.*:
 
   cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, isa, ...)
       the cache writer: the cache's layout inside a block depends on the isa, so the cache
-      is always written by the library itself, never by us
+      is always written by the library itself, never by us; the harness allocates it
+      (block_table.batch.block_pool: blocks no request owns are NaN) and hands the run the
+      written cache through the case's views (a strided k_cache, v_cache or kv_cache holds
+      the same bytes at other strides)
   get_scheduler_metadata(num_req, num_heads_q, num_heads_kv, head_dim, seq_lens, dtype,
                          query_start_loc, casual, window_size, isa_hint, enable_kv_split,
                          dynamic_causal, kv_cache_dtype)        the plan
@@ -25,7 +28,10 @@ Conventions (read from that backend and checked against the fp64 reference):
   layout    q [T, Hq, D] packed in request order, split by query_start_loc (int32 [R+1]);
             seq_lens int32 [R]; block_table int32 [R, max_blocks]; slot_mapping int64; the
             cache one [num_blocks, Hkv, block_size, 2*D] tensor whose halves are K and V,
-            as vLLM allocates it
+            as vLLM allocates it: head-major inside a block whatever the case's layout (its
+            only layout). The case's layout is that of the keys and values the caller hands
+            the cache writer, [T, Hkv, D]: NHD packed, HND a view of a head-major [Hkv, T, D]
+            buffer (the writer reads them through their strides)
   causal    bottom-right aligned (the harness's convention): passed through
   window    one int: with causal, the current key and window_left before it, so
             sliding_window_size = window_left + 1; without causal it is symmetric, which
@@ -40,7 +46,9 @@ have no analogue (the kernel reads only the paged cache).
 
 The metadata contract (harness/targets/block_table/mismatch.py performs each field): the
 metadata call states heads, head_dim, batch size and dtype; the run is handed q, seq_lens,
-query_start_loc and the block table with it.
+query_start_loc and the block table with it. The metadata call is handed the caller's own
+seq_lens and query_start_loc, and the run the same tensors: a restaged case
+(block_table/restage.py) rewrites them in place between the two.
 """
 from __future__ import annotations
 
@@ -55,8 +63,9 @@ import torch
 
 from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target
-from harness.targets.block_table.batch import build
+from harness.targets.block_table.batch import block_pool, build
 from harness.targets.block_table.mismatch import FIELDS, perturb
+from harness.targets.block_table.restage import Metadata
 from harness.targets.case_calls import CaseCalls
 from harness.targets.plan_run.mixed import decode_first
 
@@ -74,12 +83,13 @@ CAPABILITIES = Capabilities(
     ops=frozenset(OPS),
     dtypes=frozenset({"fp16", "bf16", "fp32"}),
     head_dims=HEAD_DIMS,
-    layouts=frozenset({"NHD"}),
+    layouts=frozenset({"NHD", "HND"}),
     call_forms=frozenset({"out"}),
     # softcap, s_aux (sinks) and alibi_slopes are cpu_attention_with_kv_cache's arguments; a
     # decode batch of several q rows per request is a varlen batch to it (query_start_loc);
     # an fp8 cache is its kv_cache_dtype with k_scale / v_scale (AVX-512 or AMX machines).
-    features=frozenset({"softcap", "sinks", "alibi", "multi_token_decode", "fp8_kv"}),
+    features=frozenset({"softcap", "sinks", "alibi", "multi_token_decode", "fp8_kv",
+                        "metadata_restage"}),
     metadata={**{f: "cpu_attention_with_kv_cache" for f in FIELDS},
               **{f: "get_scheduler_metadata" for f in
                  ("num_qo_heads", "num_kv_heads", "head_dim_qk", "batch_size", "dtype")}},
@@ -108,6 +118,18 @@ _NO_ANALOGUE = {
     "partial_state": "cpu_attention_with_kv_cache takes no partial state to merge into",
     "merge": "the CPU backend exposes no merge_state",
     "max_kv_chunk": "the split is the scheduler's own (enable_kv_split), not a chunk size",
+}
+
+# The strided family's FlashInfer index names, in vLLM's terms: one that is the same tensor
+# (role and encoding) under another name is performed as that tensor; the others have none.
+SAME_TENSOR = {"query_start_loc": "qo_indptr"}
+NO_TENSOR = {
+    "kv_indptr": "vLLM's CPU attention takes no kv_indptr: a request's blocks are its "
+                 "block_table row",
+    "kv_indices": "vLLM's CPU attention takes no page-index list (kv_indices): its blocks are "
+                  "a [num_reqs, max_blocks] block_table",
+    "last_page_len": "vLLM's CPU attention takes no last_page_len: a request's length is its "
+                     "seq_lens entry",
 }
 
 _lock = threading.Lock()
@@ -194,6 +216,9 @@ class VllmCall(CaseCalls):
         if "q_len_per_req" in params and (self.mismatch or {}).get("field") == "q_rows":
             raise Skip("vLLM's CPU attention has no q_len_per_req: its q rows per request are "
                        "query_start_loc's, so no row count can fail to divide")
+        named = {params.get("strided")} | set(params.get("index_dtype") or {})
+        for name in sorted(n for n in named if n in NO_TENSOR):
+            raise Skip(NO_TENSOR[name])
         bad = params.get("malformed") or {}
         if bad and bad.get("field") not in ("sinks", "alibi_slopes"):
             raise Skip(f"malformed {bad.get('field')!r}: vLLM's CPU attention takes no such "
@@ -224,30 +249,38 @@ class VllmCall(CaseCalls):
         batch = perturb(batch, self.mismatch)
 
         # The library's own cache: one tensor, its halves K and V (vLLM's allocation; an fp8
-        # cache is bytes, as vLLM allocates it).
+        # cache is bytes, as vLLM allocates it), blocks no request owns poisoned.
         # Read through params, so the case's fp8 fields count as performed (ReadParams).
         kv_dtype = params.get("kv_dtype") or p.dtype_name
         k_scale, v_scale = float(params.get("k_scale", 1.0)), float(params.get("v_scale", 1.0))
         cache_dtype = kv_dtype if p.fp8_kv else "auto"
-        kv = torch.zeros(batch.num_blocks, p.num_kv_heads, block_size, 2 * p.head_dim,
-                         dtype=torch.uint8 if p.fp8_kv else p.dtype)
+        kv = block_pool(batch, (p.num_kv_heads, block_size, 2 * p.head_dim),
+                        torch.uint8 if p.fp8_kv else p.dtype, self.device, fp8=p.fp8_kv)
         kv = kv.view(batch.num_blocks, p.num_kv_heads, 2 * block_size, p.head_dim)
         key_cache, value_cache = kv.chunk(2, dim=2)
         key_in, value_in = batch.key.contiguous(), batch.value.contiguous()
         if p.fp8_kv:
             key_in, value_in = (writer_input(t, scale, p.dtype)
                                 for t, scale in ((key_in, k_scale), (value_in, v_scale)))
-        key = self.views.input("k", key_in)
-        value = self.views.input("v", value_in)
+        key = self.views.input("k", as_laid_out(key_in, self.layout))
+        value = self.views.input("v", as_laid_out(value_in, self.layout))
         slots = torch.tensor(batch.slot_mapping, dtype=torch.int64)
         self.buffers.stage("write cache")
         ns.cpu_attn_reshape_and_cache(key, value, key_cache, value_cache, slots, isa,
                                       k_scale, v_scale, cache_dtype)
+        key_cache, value_cache = self.run_caches(kv)
 
         query = self.views.input("q", batch.query)
-        qsl = self.views.index("query_start_loc", batch.query_start_loc, self.device)
-        seq_lens = self.views.index("seq_lens", batch.seq_lens, self.device)
-        table = self.views.index("block_table", batch.block_table, self.device)
+        restaged = Metadata(self, batch) if Metadata.restages(params) else None
+        if restaged is not None:
+            held = restaged.tensors()
+            qsl, seq_lens, table = (held[n] for n in ("query_start_loc", "seq_lens",
+                                                       "block_table"))
+        else:
+            qsl = self.views.index(self.named("query_start_loc"), batch.query_start_loc,
+                                   self.device)
+            seq_lens = self.views.index("seq_lens", batch.seq_lens, self.device)
+            table = self.views.index("block_table", batch.block_table, self.device)
         out = self.views.output("out", (batch.rows, p.num_qo_heads, p.head_dim_vo), p.dtype)
         sinks = self.per_head_vector("sinks", p.sinks)
         slopes = self.per_head_vector("alibi_slopes", p.alibi_slopes)
@@ -259,11 +292,41 @@ class VllmCall(CaseCalls):
         schedule = ns.get_scheduler_metadata(
             batch.num_reqs, batch.num_qo_heads, batch.num_kv_heads, batch.head_dim, seq_lens,
             p.dtype, qsl, p.causal, window, isa, True, None, cache_dtype)
+        if restaged is not None:
+            restaged.rewrite()
         self.buffers.stage("run")
         ns.cpu_attention_with_kv_cache(
             query, key_cache, value_cache, out, qsl, seq_lens, float(scale), p.causal, slopes,
             window, table, softcap, schedule, sinks, None, k_scale, v_scale, cache_dtype)
         return {"o": out}
+
+    def named(self, ours: str) -> str:
+        """The name the case gives this tensor: vLLM's, or the strided family's FlashInfer
+        name for the same tensor (SAME_TENSOR) where the case names that one."""
+        alias = SAME_TENSOR.get(ours)
+        if alias and (self.params.get("strided") == alias
+                      or alias in (self.params.get("index_dtype") or {})):
+            return alias
+        return ours
+
+    def run_caches(self, kv: torch.Tensor):
+        """(key_cache, value_cache) as the run is handed them, once the writer has filled
+        kv: through the case's views (a strided whole cache, or one half), watched from
+        here on (the run must not write its caches)."""
+        if self.params.get("strided") == "kv_cache":
+            return self.views.input("kv_cache", kv).chunk(2, dim=2)
+        key_cache, value_cache = kv.chunk(2, dim=2)
+        return self.views.input("k_cache", key_cache), self.views.input("v_cache", value_cache)
+
+
+def as_laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """[T, Hkv, D] tokens as the caller holds them: packed (NHD), or a view of a head-major
+    [Hkv, T, D] buffer (HND)."""
+    if layout == "NHD":
+        return t.contiguous()
+    if layout == "HND":
+        return t.transpose(0, 1).contiguous().transpose(0, 1)
+    raise Skip(f"layout must be NHD or HND, got {layout!r}")
 
 
 def fp8_skip(head_dim: int, isa: str, block_size: int) -> None:
@@ -365,6 +428,10 @@ class VllmCpuTarget(Target):
         """`def call(inputs) -> dict` for the standalone script (Target.standalone_source)."""
         return standalone_call_source(case)
 
+    def skip_reason(self, case) -> str | None:
+        """Target.skip_reason: decided in the worker, so a skipped case costs no fork."""
+        return route_skip(case)
+
     def run(self, case, problem, buffers) -> Mapping[str, torch.Tensor]:
         why = route_skip(case)
         if why:
@@ -391,14 +458,15 @@ def _standalone_parts() -> list:
     """What the script's call() runs, in dependency order (each one's source goes in)."""
     from harness.model import builders, problem
     from harness.targets import case_calls, layout
-    from harness.targets.block_table import batch, mismatch
+    from harness.targets.block_table import batch, mismatch, restage
     from harness.targets.plan_run import mismatch as plan_mismatch, mixed
     return [builders.poison_value, builders._poisoned, builders.strided_last_dim,
             builders.every_other, builders.head_sliced, layout.Views, case_calls.CaseCalls,
-            problem._cat, layout.page_ids, batch.BlockBatch, batch.build, plan_mismatch._resize,
-            mismatch.perturb, mixed.decode_first, variant, package_dir, extension_path,
-            load_extension, attention_isa, sliding_window_size, fp8_skip, _away_from_zero,
-            _truncated, writer_input, VllmCall]
+            problem._cat, layout.page_ids, batch.BlockBatch, batch.build, batch.owned_blocks,
+            batch.block_pool, restage._offsets, restage.first_batch, restage.Metadata,
+            plan_mismatch._resize, mismatch.perturb, mixed.decode_first, variant, package_dir,
+            extension_path, load_extension, attention_isa, sliding_window_size, as_laid_out,
+            fp8_skip, _away_from_zero, _truncated, writer_input, VllmCall]
 
 
 def _dtype_source(table: dict) -> str:
@@ -410,8 +478,6 @@ def standalone_unsupported(case, problem) -> str | None:
     why = route_skip(case)
     if why:
         return why
-    if problem.return_lse:
-        return "vLLM's CPU attention returns no LSE"
     if problem.custom_mask is not None:
         return "vLLM's CPU attention takes no custom mask"
     try:
@@ -426,7 +492,8 @@ def standalone_call_source(case) -> str:
     import pprint
     from harness.model.builders import CANARY_ELEMS, INT_POISON
     from harness.model.problem import DTYPES, build_problem
-    from harness.targets.block_table import mismatch as block_mismatch
+    from harness.targets.block_table import batch as block_batch, mismatch as block_mismatch
+    from harness.targets.block_table import restage as block_restage
     from harness.targets.layout import INDEX_DTYPES
     p = build_problem(case.params, case.seed, "cpu")
     why = standalone_unsupported(case, p)
@@ -446,7 +513,9 @@ def standalone_call_source(case) -> str:
     consts = (f"INSTALL_HINT = {INSTALL_HINT!r}\nINT_POISON = {INT_POISON!r}\n"
               f"CANARY_ELEMS = {CANARY_ELEMS!r}\nINDEX_DTYPES = {_dtype_source(INDEX_DTYPES)}\n"
               f"DTYPES = {_dtype_source(DTYPES)}\n_NUDGE = {_NUDGE!r}\n"
-              f"APART = {block_mismatch.APART!r}")
+              f"APART = {block_mismatch.APART!r}\nFP8_NAN_BYTE = {block_batch.FP8_NAN_BYTE!r}\n"
+              f"RESTAGEABLE = {block_restage.RESTAGEABLE!r}\nSAME_TENSOR = {SAME_TENSOR!r}\n"
+              f"NO_TENSOR = {NO_TENSOR!r}")
     code = "\n\n\n".join(inspect.getsource(f).rstrip() for f in _standalone_parts())
     return (_STANDALONE_HEAD + f"\nCFG = {pprint.pformat(cfg, width=96, compact=True)}\n\n"
             + consts + "\n\n" + _STANDALONE_STANDINS + "\n\n# ---- the adapter's code "

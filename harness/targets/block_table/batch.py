@@ -59,3 +59,28 @@ def build(problem, block_size: int, order: str = "shuffled", offset: int = 0,
         num_blocks=offset + sum(counts) + 1, block_size=block_size, num_reqs=p.batch_size,
         num_qo_heads=p.num_qo_heads, num_kv_heads=p.num_kv_heads, head_dim=p.head_dim,
         rows=sum(p.qo_lens))
+
+
+# fp8 bytes that are NaN in both e4m3 (S.1111.111) and e5m2 (S.11111.11).
+FP8_NAN_BYTE = 0x7F
+
+
+def owned_blocks(batch: BlockBatch) -> list[int]:
+    """The blocks some request's tokens are written to (the slot mapping's blocks)."""
+    return sorted({s // batch.block_size for s in batch.slot_mapping})
+
+
+def block_pool(batch: BlockBatch, shape, dtype, device, fp8: bool = False) -> torch.Tensor:
+    """A cache pool [num_blocks, ...] for the library's own writer to fill.
+
+    Every block no request owns is poison (NaN; an fp8 cache's NaN byte): the blocks below
+    page_id_offset and the spare one past the last, so a kernel that reads a block its
+    table does not name shows it. The blocks requests own start at zero, as vLLM allocates
+    its caches; their slots past a request's length stay so (a case that wants them
+    poisoned says so)."""
+    pool = torch.empty((batch.num_blocks, *shape), dtype=dtype, device=device)
+    pool.fill_(FP8_NAN_BYTE if fp8 else float("nan"))
+    owned = owned_blocks(batch)
+    if owned:
+        pool[torch.tensor(owned, dtype=torch.long, device=device)] = 0
+    return pool
