@@ -13,6 +13,10 @@
                       rows before the first key, a window, a split, fp8, sinks
   custom_mask         random, tree and one-empty-row masks, with a window, a split, sinks
 
+  cover.<feature>     the covering rule: every pair of levels of (feature, split path, head-dim
+                      relation, window, custom mask, rows over tiles) an op can express, each
+                      met by two rows of different dtypes (COVER_FACTORS, covering_rows)
+
 crossed with dtypes, head sizes and GQA groups by rotation (variant i takes DTYPES[i % 3],
 ...), so every dtype meets every feature without the full product; the full profile runs
 every valid variant in every dtype. Adversarial (refuse):
@@ -22,6 +26,8 @@ case lists its features in Case.requires, so a target without one skips it by ca
 """
 from __future__ import annotations
 
+import functools
+import itertools
 from typing import Iterator
 
 from harness.model.case import Case, dtype_tag
@@ -157,6 +163,138 @@ def _custom_mask(op):
 VALID = {"softcap": _softcap, "sinks": _sinks, "alibi": _alibi, "fp8_kv": _fp8,
          "multi_token_decode": _multi_token, "custom_mask": _custom_mask}
 
+
+# ---------------------------------------------------------------- features x schedule paths
+#
+# A covering rule, not a list: every pair of levels of the factors below that an op can
+# express is met by at least two rows of different dtypes. A new feature (or split path)
+# added to a factor is crossed with every level of every other factor without a new variant.
+COVER_FACTORS = {
+    "feature": ("softcap", "sinks", "alibi", "fp8_kv", "softcap_alibi"),
+    # none; a caller's max_kv_chunk over several chunks; no chunk and a workspace the
+    # default chunk overflows (plan() fits a doubled one); a CUDA-graph plan (always split).
+    "split": ("none", "chunk", "fitted", "graph"),
+    "dims": ("eq", "vo_lt_qk", "vo_gt_qk"),       # head_dim_vo against head_dim_qk
+    "window": ("off", "on"),
+    "mask": ("none", "custom"),
+    "rows": ("one_tile", "tiles"),                  # a prefill's rows over several tiles
+    "dtype": DTYPES,
+}
+FEATURE_PARAMS = {
+    "softcap": {"logits_soft_cap": 2.0},
+    "sinks": {"sinks": True},
+    "alibi": {"alibi_slopes": True},
+    "fp8_kv": {"kv_dtype": "fp8_e4m3", "k_scale": 0.0625, "v_scale": 0.03},
+    "softcap_alibi": {"logits_soft_cap": 5.0, "alibi_slopes": True},
+}
+# What each op can express: the levels it takes of each factor.
+COVER_OPS = {
+    "single_prefill": {"split": ("none",), "feature": ("softcap", "sinks", "alibi",
+                                                      "softcap_alibi")},
+    "single_decode": {"split": ("none",), "mask": ("none",), "rows": ("one_tile",),
+                      "feature": ("softcap", "sinks", "alibi", "softcap_alibi")},
+    "paged_prefill": {},
+    "ragged_prefill": {"mask": ("none",), "feature": ("softcap", "sinks", "alibi",
+                                                      "softcap_alibi")},
+    "batch_decode": {"dims": ("eq",), "mask": ("none",), "rows": ("one_tile",)},
+}
+# (qo_lens, kv_lens) per op and rows level; "fitted" makes the first request's kv long (past
+# the default chunk of 512, so a workspace can overflow it), a few rows over it.
+COVER_LENS = {
+    "single_prefill": {"one_tile": ([13], [40]), "tiles": ([150], [170])},
+    "single_decode": {"one_tile": ([1], [45])},
+    "paged_prefill": {"one_tile": ([5, 12], [40, 70]), "tiles": ([3, 150], [30, 170])},
+    "ragged_prefill": {"one_tile": ([5, 12], [40, 70]), "tiles": ([3, 150], [30, 170])},
+    "batch_decode": {"one_tile": ([1, 1, 1], [40, 9, 70])},
+}
+FITTED_KV = 600
+
+
+def _levels(op: str) -> dict:
+    return {f: COVER_OPS[op].get(f, levels) for f, levels in COVER_FACTORS.items()}
+
+
+def _pairs(row: tuple, names: tuple):
+    """The (factor, level, factor, level) pairs one row covers (dtype is not a factor of
+    its own pairs: it is what a pair must meet twice, differently)."""
+    rest = [(n, v) for n, v in zip(names, row) if n != "dtype"]
+    for i, a in enumerate(rest):
+        for b in rest[i + 1:]:
+            yield a + b
+
+
+@functools.lru_cache(maxsize=None)
+def covering_rows(op: str) -> tuple:
+    """The op's rows, as dicts of factor -> level: greedy, each row the candidate that meets
+    the most pairs still short of two dtypes (ties: the first in the product's order)."""
+    levels = _levels(op)
+    names = tuple(levels)
+    candidates = list(itertools.product(*levels.values()))
+    at = names.index("dtype")
+    need = {pair for row in candidates for pair in _pairs(row, names)}
+    seen = {pair: set() for pair in need}
+    rows = []
+    while any(len(d) < 2 for d in seen.values()):
+        def gain(row):
+            return sum(1 for pr in _pairs(row, names) if len(seen[pr]) < 2
+                       and row[at] not in seen[pr])
+        best = max(candidates, key=gain)
+        for pr in _pairs(best, names):
+            seen[pr].add(best[at])
+        rows.append(dict(zip(names, best)))
+    return tuple(rows)
+
+
+def cover_params(op: str, row: dict, n: int) -> dict:
+    """The problem of one covering row (n: its index, which picks the shape)."""
+    qk, vo = {"eq": ((64, 128)[n % 2],) * 2, "vo_lt_qk": (128, 64), "vo_gt_qk": (64, 128)}[
+        row["dims"]]
+    qo, kv = COVER_LENS[op][row["rows"]]
+    p = {"dtype": row["dtype"], "head_dim": qk, "num_qo_heads": (8, 6)[n % 2],
+         "num_kv_heads": 2, "qo_lens": qo, "kv_lens": kv,
+         "causal": op not in ("single_decode", "batch_decode") and row["mask"] == "none",
+         "window_left": (-1, 6)[row["window"] == "on"], "return_lse": n % 3 != 2,
+         **FEATURE_PARAMS[row["feature"]]}
+    if vo != qk:
+        p["head_dim_vo"] = vo
+    if row["mask"] == "custom":
+        p["custom_mask"] = ("random", "tree")[n % 2]
+    if row["split"] == "chunk":
+        p["max_kv_chunk"] = 16
+    elif row["split"] == "graph":
+        p["use_cuda_graph"] = True
+    elif row["split"] == "fitted":
+        p["kv_lens"] = [FITTED_KV, *kv[1:]]
+        p["workspace_bytes"] = _ws_between(p["qo_lens"], p["kv_lens"], p["num_qo_heads"], vo)
+    if op in ("paged_prefill", "batch_decode"):
+        p.update(page_size=16, layout=("NHD", "HND")[n % 2], cache_form="tuple")
+    return p
+
+
+def _ws_between(qo_lens, kv_lens, hq: int, dv: int) -> int:
+    """A float workspace the default chunk's split overflows and the doubled one fits."""
+    from cases.schedule import DEFAULT_CHUNK, plan_bytes
+    need = plan_bytes(qo_lens, kv_lens, hq, dv, DEFAULT_CHUNK)
+    return (need + plan_bytes(qo_lens, kv_lens, hq, dv, 2 * DEFAULT_CHUNK)) // 2
+
+
+def _cover_tag(params: dict, row: dict) -> str:
+    bits = [_tag(params), row["split"], row["dims"]]
+    if row["window"] == "on":
+        bits.append("w6")
+    if row["mask"] == "custom":
+        bits.append(f"mask_{params['custom_mask']}")
+    if row["rows"] == "tiles":
+        bits.append("tiles")
+    return "-".join(bits + ["lse" if params["return_lse"] else "nolse"])
+
+
+def covering(op: str) -> Iterator[tuple[str, dict, str]]:
+    """(variant, params, tag) of the op's covering rows."""
+    for n, row in enumerate(covering_rows(op)):
+        params = cover_params(op, row, n)
+        yield f"cover.{row['feature']}", params, _cover_tag(params, row)
+
 def requires(params: dict) -> tuple[str, ...]:
     """The capabilities.FEATURES a case's params use (scales count as fp8_kv: the argument
     that carries them is the fp8 cache's)."""
@@ -243,12 +381,20 @@ def cases(routes, profile: str = "ci") -> Iterator[Case]:
                     for form, tag in _lse_forms(params):
                         yield Case(route=route, family=FAMILY, variant=f"{feature}.{variant}",
                                    params=form, tag=tag, requires=requires(form))
+        for variant, params, tag in covering(op):
+            yield Case(route=route, family=FAMILY, variant=variant, params=params, tag=tag,
+                       requires=requires(params) + _schedule_needs(params))
         for variant, params, words in _adversarial(op):
             for form, tag in _lse_forms(params):
                 yield Case(route=route, family=FAMILY, variant=f"refuse.{variant}", params=form,
                            expect="refuse", refuse_words=words, tag=tag,
                            requires=requires(form) + (("metadata.q_rows",)
                                                       if "mismatch" in form else ()))
+
+
+def _schedule_needs(params: dict) -> tuple[str, ...]:
+    return (("split_control",) if params.get("max_kv_chunk") else ()) + \
+        (("plan_run", "graphs") if params.get("use_cuda_graph") else ())
 
 
 def _lse_forms(params: dict):
