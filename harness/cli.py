@@ -10,10 +10,14 @@ plain pytest), then reads the table it wrote and summarizes it. No case is
 rerun unless --reruns asks, and then every attempt is kept on the row: a
 failing attempt fails the row (harness/engine/attempts.py).
 
-Exit codes (stable: bisect and CI read them):
+Exit codes (stable: bisect and CI read them; docs/ci.md has the table, tests/test_exit_codes.py
+checks it):
   check   0 no gating row fails (after the ledger); 1 a gating row fails, the
-          ledger has errors, or rows are missing; otherwise pytest's own code
-          (2 interrupted or a usage error, 4 usage error). Correctness and
+          ledger has errors, or rows are missing; 2 the run did not complete: a usage
+          error before any case, or a stop (Ctrl-C, SIGTERM, a full disk, the pytest
+          child killed or stalled, an output that could not be written), said in one
+          line with the rows kept and the --resume command; 3 nothing was tested (every
+          selected case was skipped); 4 the selection is empty. Correctness and
           harness rows always gate; capability and clarity rows gate for a
           target that owns its contract (the bundled library) and, for any
           other target, only with --strict.
@@ -31,8 +35,8 @@ import os
 import sys
 
 from harness.tools.options import (EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, DEFAULT_TARGET,
-                                   absolute_path, add_selection, count, positive_seconds,
-                                   select, selection_errors)
+                                   EXIT_EMPTY, absolute_path, add_selection, count,
+                                   positive_seconds, select, selection_errors, workers)
 
 
 # ------------------------------------------------------------------ list
@@ -46,7 +50,7 @@ def cmd_list(args) -> int:
     for case in cases:
         print(case.id)
     print(f"{len(cases)} cases", file=sys.stderr)
-    return 0 if cases else 4
+    return 0 if cases else EXIT_EMPTY
 
 
 def _command(module: str, name: str):
@@ -107,7 +111,9 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     add_selection(p)
     p.add_argument("--disable-guards", default=None, help="all|name,name (test use)")
     p.add_argument("--resume", action="store_true", help="continue a run; skip cases with rows")
-    p.add_argument("-n", default="auto", help="xdist workers [auto]; 0 runs in this process")
+    p.add_argument("-n", default="auto", type=workers,
+                   help="xdist workers: auto, logical or a number [auto]; 0 runs in the one "
+                        "pytest process")
     p.add_argument("--reruns", type=count(0), default=0,
                    help="reruns of a failing case [0]; every attempt is kept and a failing "
                         "attempt fails the row")
@@ -253,10 +259,20 @@ def resolve_paths(args) -> None:
         args.target = absolute_target(args.target)
 
 
+# Commands that run cases: the environment that changes what they test is checked first.
+RUNS_CASES = ("check", "repro", "shrink", "bisect", "explore", "check-target")
+
+
 def _dispatch(args) -> int:
     if getattr(args, "_missing", None):
         print(f"{args.command}: {args._missing}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command in RUNS_CASES:
+        from harness.tools.environment import environment_error
+        bad = environment_error()
+        if bad:
+            print(f"{args.command}: {bad}", file=sys.stderr)
+            return EXIT_USAGE
     empty = empty_table(args)
     if empty:
         print(f"{args.command}: {empty}", file=sys.stderr)

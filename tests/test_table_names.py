@@ -71,7 +71,7 @@ def test_a_table_is_named_for_the_library_and_its_commit(library, tmp_path, capf
     assert {r["library_commit"] for r in rows} == {sha}
     assert {r["harness_commit"] for r in rows} == {platform_info.repo_commit()}
     assert platform_info.repo_commit().split("+")[0] not in made.name
-    assert "commit is unknown" not in err
+    assert "library commit: unknown" not in out
 
     # The same table, now for one case of the two: the run says whose rows it replaces.
     rc = cli.main(["check", "--target", str(lib / "harness_adapter.py"), "-n", "0",
@@ -92,8 +92,9 @@ def test_without_a_repository_the_commit_is_unknown_and_said_once(library, tmp_p
                    "none", "--results-dir", str(tmp_path / "out")])
     out, err = capfd.readouterr()
     assert rc == 0, out[-2000:] + err[-2000:]
-    said = [l for l in err.splitlines() if "commit is unknown" in l]
-    assert len(said) == 1 and "no commit()" in said[0], err
+    said = [l for l in (out + err).splitlines() if "unknown" in l]
+    assert len(said) == 1 and said[0].startswith("library commit: unknown (the adapter has "
+                                                 "no commit()"), out + err
     (made,) = (tmp_path / "out").glob("*.jsonl")
     assert made.name.startswith("minilib-") and "-v0.partial-case=none" in made.name, made.name
     assert {r["library_commit"] for r in table.read_rows(made)} == {"unknown"}

@@ -42,13 +42,16 @@ def default_profile() -> str:
 def select_cases(target_name: str, families=None, routes=None, case_id=None,
                  cases_file=None, profile: str | None = None) -> list:
     """The cases a run covers, in generation order (deterministic everywhere)."""
-    from harness.model.case import Case
     from harness.targets import load_target
 
     if cases_file:
-        from harness.model import budget
+        from harness.model import budget, cases_file as checked
         data = budget.load_cases_data(Path(cases_file).read_text(), str(cases_file))
-        cases = [Case.from_json(d) for d in data]
+        # Each case against the target's routes and the known features, before the first
+        # runs: a misspelt route would be a skipped row, and a run of them a PASS.
+        target = load_target(target_name)
+        cases = checked.check_records(data, f"--cases-file {cases_file}", target.routes,
+                                      f"target {target.name!r}")
     else:
         cases = list(load_target(target_name).cases(families, profile or default_profile()))
     if routes:

@@ -10,8 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from harness.engine import pytest_root
 from harness.results.summary import gating, summary_text
-from harness.tools.options import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, ROOT, child_env
+from harness.tools.options import (EXIT_EMPTY, EXIT_FAIL, EXIT_NOT_TESTED, EXIT_PASS,
+                                   EXIT_USAGE, ROOT, child_env)
 
 # ------------------------------------------------------------------ check
 
@@ -21,7 +23,7 @@ def pytest_command(args, results: Path | None = None) -> list[str]:
     # all of hypothesis at the end of a run), log capture (~10% of a 750-case run), and the
     # unraisable/thread exception warnings (two full gc.collect passes at the end of every
     # process, 0.2-0.8 s with torch loaded; they only ever warn, never change a row).
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", str(pytest_root.PATH), "-p", "no:cacheprovider",
            "-p", "no:hypothesispytest", "-p", "no:logging", "-p", "no:unraisableexception",
            "-p", "no:threadexception",
            "-q", "--no-header", "-rN", f"--target={args.target}"]
@@ -205,9 +207,14 @@ def run_check_child(child, args, results: Path, expected: set) -> int | None:
         before = set()   # the child says what is wrong with the table
     progress = Progress(results, len(expected), before)
     log, proc = child.log, child.proc
+    from harness.tools.environment import limits, limits_text
+    overrides = limits_text(limits(args))
     print(f"check: {len(expected)} cases on {args.target}"
           + (f" ({len(before)} done already)" if before else "")
-          + f"; rows go to {results}", file=sys.stderr, flush=True)
+          + f"; rows go to {results}"
+          + (f"; limits: {overrides}" if overrides else ""), file=sys.stderr, flush=True)
+    if getattr(args, "replacing", None):
+        print(f"check: {args.replacing}", file=sys.stderr, flush=True)
     child.go(results)
     # This process only waits now: the tables' reader (pandas) loads while the child runs.
     import pandas  # noqa: F401
@@ -225,20 +232,41 @@ def run_check_child(child, args, results: Path, expected: set) -> int | None:
             os.unlink(log.name)
         return None
     progress.clear()
+    if rc == 5 and args.resume:
+        rc = 0   # pytest's "no tests collected": every case of the selection had its row
+    completed = rc in (0, 1)
     if log is not None:
         log.close()
-        stops = stop_lines(log.name) if rc not in (0, 1) else []
-        if rc in (0, 1) and results.exists():
+        stops = [] if completed else stop_lines(log.name)
+        if completed and results.exists():
             os.unlink(log.name)
         elif stops:
             # The run said why it stopped, in one line: that line, not pytest's log.
             for line in stops:
                 print(f"check: {line}", file=sys.stderr)
             os.unlink(log.name)
-            return EXIT_USAGE
-        else:
+            args.stopped = stops[-1]
+            return rc
+        elif rc > 0:
             show_log_tail(log.name, rc)
+        else:
+            os.unlink(log.name)   # killed: its log ends mid-run and says nothing of why
+    if not completed:
+        progress.poll()
+        why = (f"the pytest run (pid {proc.pid}) was killed by {_signal_name(-rc)}" if rc < 0
+               else f"pytest exited {rc} before the run ended")
+        args.stopped = why
+        print(f"check: {why}; {progress.done} of {progress.total} rows kept in {results}; "
+              f"continue with: {resume_command(getattr(args, 'argv', sys.argv[1:]))}",
+              file=sys.stderr)
     return rc
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def stop_lines(log_name: str) -> list[str]:
@@ -266,12 +294,16 @@ def show_log_tail(log_name: str, rc: int) -> None:
 
 def child_failed(child) -> int:
     """A child that ended before its report (a bad pytest option after `--`, a plugin that
-    cannot load): its exit status, and the end of its output when that went to a log."""
+    cannot load): exit 2 (the run did not start), and the end of its output when that went
+    to a log."""
     rc = child.proc.wait()
     if child.log is not None:
         child.log.close()
         show_log_tail(child.log.name, rc)
-    return rc or EXIT_FAIL
+    else:
+        print(f"check: pytest exited {rc} before the run started (its output is above)",
+              file=sys.stderr)
+    return EXIT_USAGE
 
 
 def results_folder_error(results: Path) -> str | None:
@@ -307,6 +339,17 @@ def output_error(option: str, path: str | None) -> str | None:
         return f"{option} {path}: {existing} is not a folder"
     if not os.access(existing, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
         return f"{option} {path}: not writable here; choose another path"
+    # Permission bits do not say everything (root, /proc, a read-only mount): the file is
+    # opened for appending now, and removed again when this made it.
+    made = not out.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(out, "ab"):
+            pass
+        if made:
+            out.unlink()
+    except OSError as e:
+        return f"{option} {path}: cannot be written ({e.strerror or e}); choose another path"
     return None
 
 
@@ -324,7 +367,8 @@ def ledger_error(path: str | None) -> str | None:
 
 def _check_run(args, report: dict | None) -> str | None:
     """Why the run must not start, in one line; None when it may. Sets args.expected_ids
-    from the held child's report (harness/engine/held_start.py)."""
+    from the held child's report (harness/engine/held_start.py), and args.why_code to
+    EXIT_EMPTY for an empty selection (docs/ci.md)."""
     if report is None:
         return None   # the child ended without a report: its own output says why
     if "error" in report:
@@ -332,8 +376,11 @@ def _check_run(args, report: dict | None) -> str | None:
         return str(report["error"])
     args.expected_ids = set(report.get("ids") or ())
     if not args.expected_ids and not args.resume:
+        args.why_code = EXIT_EMPTY
         return (f"no cases selected (--target {args.target}, --family {args.family or 'all'}, "
-                f"--route {args.route or 'all'}, --case-id {args.case_id or 'any'})")
+                f"--route {args.route or 'all'}, --case-id {args.case_id or 'any'}"
+                + (f", --cases-file {args.cases_file}" if args.cases_file else "")
+                + (f", --shard {args.shard}" if getattr(args, "shard", None) else "") + ")")
     return None
 
 
@@ -447,39 +494,53 @@ def _cmd_check(args, held: list) -> int:
     if why:  # before the run: bad options fail here, with the field and the values
         child.call_off()
         print(f"check: {why}", file=sys.stderr)
-        return EXIT_USAGE
+        return getattr(args, "why_code", EXIT_USAGE)
     if report is None:   # it ended before it could say what the run is: pytest's own error
         return child_failed(child)
-    if report.get("library_commit") == "unknown":   # said once, before the run
-        print(f"check: the library's commit is unknown ({report.get('commit_source')}); its "
-              f"table is named {results.name}", file=sys.stderr)
-    note = None if args.resume else replacing_note(results, args.expected_ids)
-    if note:
-        print(f"check: {note}", file=sys.stderr)
+    args.replacing = None if args.resume else replacing_note(results, args.expected_ids)
+    args.stopped = None
     rc = run_check_child(child, args, results, args.expected_ids)
     if rc is None:  # Ctrl-C: what is kept and how to go on are said already
         return EXIT_USAGE
     wall = time.perf_counter() - start
     if not results.exists():
         print(f"check: no results table at {results} (pytest exit {rc})", file=sys.stderr)
-        return rc or EXIT_FAIL
-    if sanitizer_path:
+        return EXIT_USAGE if args.stopped else rc or EXIT_FAIL
+    if sanitizer_path and not args.stopped:
         # Before the table is read, copied or rendered, so all of them carry the reports.
         sanitize(args, results, sanitizer_path)
     try:
         df = table.load_table(results)
-        selection = selection_of(args)
-        if not args.results and not selection and len(df):
-            table.copy_latest(results, library_name(args, report)[0], str(df["arch"].iloc[-1]))
     except (OSError, ValueError) as e:
         print(f"check: {e}", file=sys.stderr)
         return EXIT_USAGE
+    selection = selection_of(args)
     from harness.results.ledger import apply_ledger_per_arch
     df, ledger_errors = apply_ledger_per_arch(df, args.ledger)
+    if args.stopped:
+        # Never a verdict of a run that did not finish: the one line said what stopped it,
+        # how many rows are kept and how to go on; CI's outputs say STOPPED.
+        write_outputs(args, df, results, None, EXIT_USAGE,
+                      {"verdict_line": f"STOPPED: {args.stopped}; {len(df)} rows kept",
+                       "stopped": args.stopped})
+        return EXIT_USAGE
+    try:
+        if not args.results and not selection and len(df):
+            table.copy_latest(results, library_name(args, report)[0], str(df["arch"].iloc[-1]))
+    except (OSError, ValueError) as e:
+        print(f"check: {e}; the rows are kept in {results}", file=sys.stderr)
+        return EXIT_USAGE
     print()
     # The verdict and one line per failure class, never one per row: a guards-off run fails
     # hundreds of rows, and their table is the Markdown report's (--markdown, "Failures").
-    print(summary_text(df, wall))
+    text = summary_text(df, wall)
+    untested = not_tested_line(df)
+    if untested:   # a run that tested nothing never reads PASS
+        text = untested + "\n" + text.split("\n", 1)[-1]
+    print(text)
+    skipped = skipped_line(df)
+    if skipped and not untested:
+        print(skipped)
     if args.disable_guards:
         print(f"guards disabled: {args.disable_guards}"
               + ("" if args.markdown else "; --markdown FILE writes every failing row"))
@@ -487,16 +548,17 @@ def _cmd_check(args, held: list) -> int:
         print(f"ledger: {err}", file=sys.stderr)
     print(f"results: {results}" + (f" (partial run: {selection}; the full table is untouched)"
                                    if selection else ""))
-    if args.html or args.markdown:
-        _render(results, args.html, args.markdown)
-    if rc not in (0, 1):
-        return rc
+    if report.get("library_commit") == "unknown":   # said once, where the table is named
+        print(f"library commit: unknown ({report.get('commit_source')}); the table is named "
+              f"by the library's version instead")
+    if (args.html or args.markdown) and not _render(results, args.html, args.markdown, args.ledger):
+        return EXIT_USAGE
+    extra = {"verdict_line": untested} if untested else {}
     missing = args.expected_ids - set(df["case_id"])
     if missing:
         print(f"check: {len(missing)} case(s) have no row, e.g. {sorted(missing)[:3]}",
               file=sys.stderr)
-        ci_outputs(args, df, results, None, EXIT_FAIL)
-        return EXIT_FAIL
+        return write_outputs(args, df, results, None, EXIT_FAIL, extra)
     owns = bool(report.get("owns_contract"))
     blocking = gating(df, owns, args.strict) if len(df) else df
     findings = int((~df["pass"].astype(bool)).sum()) - len(blocking) if len(df) else 0
@@ -504,18 +566,65 @@ def _cmd_check(args, held: list) -> int:
         print(f"check: {findings} capability/clarity finding(s) on {args.target} do not fail "
               f"the run (--strict makes them fail)")
     code = EXIT_FAIL if len(blocking) or ledger_errors else EXIT_PASS
-    ci_outputs(args, df, results, blocking, code)
+    if untested and code == EXIT_PASS:
+        code = EXIT_NOT_TESTED
+    return write_outputs(args, df, results, blocking, code, extra)
+
+
+def not_tested_line(df) -> str | None:
+    """The verdict of a table whose every row is skipped: NOT TESTED, with why."""
+    if not len(df) or not (df["outcome"] == "skipped").all():
+        return None
+    return (f"NOT TESTED: all {len(df)} cases were skipped ({_reasons(df)}); nothing ran, so "
+            f"nothing passed")
+
+
+def skipped_line(df) -> str | None:
+    """What was skipped and why, when some rows were: `skipped: 3 of 40 cases (...)`."""
+    if not len(df):
+        return None
+    skipped = df[df["outcome"] == "skipped"]
+    if not len(skipped):
+        return None
+    return f"skipped: {len(skipped)} of {len(df)} cases ({_reasons(skipped)})"
+
+
+def _reasons(skipped, most: int = 3) -> str:
+    """The skips' reasons, most common first, numbers and sizes folded together."""
+    import re
+    folded = skipped["message"].fillna("").astype(str).map(
+        lambda m: re.sub(r"[0-9][0-9,._]*", "N", " ".join(m.split()))[:160] or "no reason given")
+    counts = folded.value_counts()
+    parts = [f"{n}: {why}" for why, n in counts.head(most).items()]
+    if len(counts) > most:
+        parts.append(f"{len(counts) - most} other reasons")
+    return "; ".join(parts)
+
+
+def write_outputs(args, df, results: Path, blocking, code: int, extra: dict | None = None) -> int:
+    """ci_outputs, and the exit status: `code`, or 2 with one line when an output could not
+    be written (its path and why, and that the rows are kept)."""
+    from harness.tools.environment import limits
+    try:
+        ci_outputs(args, df, results, blocking, code, {**(extra or {}), "limits": limits(args)})
+    except OSError as e:
+        where = e.filename or getattr(args, "junitxml", None) or getattr(args, "summary_json", None)
+        print(f"check: cannot write {where} ({e.strerror or e}); the run's {len(df)} rows are "
+              f"kept in {results}, and `python -m harness.tools.ci_outputs {results}` writes "
+              f"the outputs again", file=sys.stderr)
+        return EXIT_USAGE
     return code
 
 
-def ci_outputs(args, df, results: Path, blocking, code: int) -> None:
+def ci_outputs(args, df, results: Path, blocking, code: int, extra: dict | None = None) -> None:
     """--junitxml, --summary-json and, on GitHub Actions, the annotations and step summary:
-    written once the exit status is known, so they say what it says (docs/ci.md)."""
+    written once the exit status is known, so they say what it says (docs/ci.md). `extra`:
+    fields the summary document carries besides the table's (a run's limits, a stop)."""
     junitxml, summary_json = getattr(args, "junitxml", None), getattr(args, "summary_json", None)
     if junitxml or summary_json or os.environ.get("GITHUB_ACTIONS") == "true":
         from harness.tools.ci_outputs import write_ci_outputs
         write_ci_outputs(df, results=results, blocking=blocking, exit_code=code,
-                         junitxml=junitxml, summary_json=summary_json)
+                         junitxml=junitxml, summary_json=summary_json, extra=extra)
 
 
 def sanitizer_preflight(args) -> tuple[str | None, str | None]:
@@ -539,12 +648,21 @@ def sanitize(args, results: Path, tool_path: str) -> None:
               f"({e})", file=sys.stderr)
 
 
-def _render(results: Path, html: str | None, markdown: str | None) -> None:
-    """The report of this run's own table (never a stale full table)."""
+def _render(results: Path, html: str | None, markdown: str | None,
+            ledger: str | None = None) -> bool:
+    """The report of this run's own table (never a stale full table); False, after one
+    line, when it could not be written."""
     cmd = [sys.executable, "-m", "harness", "report", "--results", str(results)]
+    # Always with the ledger: known rows marked with their reason and counted apart, as the
+    # exit status counts them (harness/results/ledger.py).
+    from harness.results.ledger import DEFAULT_PATH
+    cmd += ["--ledger", str(ledger or DEFAULT_PATH)]
     if html:
         cmd += ["--out", html]
     if markdown:
         cmd += ["--markdown", markdown]
     if subprocess.call(cmd, env=child_env()) != 0:
-        print(f"check: the report of {results} could not be rendered", file=sys.stderr)
+        print(f"check: the report of {results} could not be rendered; the rows are kept there "
+              f"(`harness report --results {results}` renders it again)", file=sys.stderr)
+        return False
+    return True

@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections import Counter, defaultdict
 
-from harness.tools.options import DEFAULT_TARGET, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
+from harness.tools.options import DEFAULT_TARGET, EXIT_FAIL, EXIT_PASS, EXIT_USAGE, count
 
 PER_FAMILY_ROUTE = 3
 # Exception types a library seldom refuses with but an adapter's slip raises.
@@ -23,7 +23,7 @@ ADAPTER_LIKE = ("TypeError", "IndexError")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", default=DEFAULT_TARGET,
                         help="a target spec: name, package.module:factory or path/to/file.py")
-    parser.add_argument("--per-family", type=int, default=PER_FAMILY_ROUTE,
+    parser.add_argument("--per-family", type=count(1), default=PER_FAMILY_ROUTE,
                         help=f"cases per family and route [{PER_FAMILY_ROUTE}]")
 
 
@@ -88,6 +88,13 @@ def main(args: argparse.Namespace) -> int:
           + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
     for line in said:
         print(f"  {line}")
+    # Every other failing row by its case id: the library's findings (or the adapter's,
+    # for its writer to judge), each a `harness repro` away.
+    named = {r["case_id"] for r in rows if any(r["case_id"] in line for line in said)}
+    for row in rows:
+        if not row.get("pass") and row["case_id"] not in named:
+            message = " ".join(str(row.get("message") or "").split())
+            print(f"  {row.get('outcome'):<14} {row['case_id']}: {message[:200]}")
     if len(rows) < len(cases):
         print(f"  {len(cases) - len(rows)} case(s) have no row", file=sys.stderr)
     if errors or len(rows) < len(cases):

@@ -10,6 +10,8 @@ from harness.engine.child import child_env  # noqa: F401  (one environment for e
 from harness.model.routes import DEFAULT_TARGET  # noqa: E402,F401
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_UNKNOWN_CASE, EXIT_BUILD = 0, 1, 2, 4, 5
+# check: every selected case was skipped (nothing tested); the selection is empty.
+EXIT_NOT_TESTED, EXIT_EMPTY = 3, 4
 EXIT_INTERRUPTED, EXIT_PIPE = 130, 141   # the shell's codes for SIGINT and SIGPIPE
 
 
@@ -55,6 +57,20 @@ def positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text!r}")
     return value
+
+
+def workers(text: str) -> str:
+    """argparse type for -n: auto, logical, or a whole number of xdist workers (0: none)."""
+    if text in ("auto", "logical"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be auto, logical or a whole number of workers, "
+                                         f"got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more workers, got {value}")
+    return str(value)
 
 
 def count(minimum: int):
