@@ -37,7 +37,8 @@ def _decades(points: list[dict]) -> tuple[int, int]:
     finite = [p["ratio"] for p in points if 0 < p["ratio"] < math.inf]
     lo = min(-2, math.floor(math.log10(min(finite)))) if finite else -2
     hi = max(1, math.ceil(math.log10(max(finite)))) if finite else 1
-    return max(lo, -12), hi
+    # 10.0 ** d must stay a float: a hostile table's ratio near 1e308 is drawn at the top.
+    return max(lo, -12), min(hi, 300)
 
 
 def _fmt_decade(d: int) -> str:

@@ -8,7 +8,8 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from harness.results.failure_classes import failure_classes
+from harness.results.failure_classes import failure_classes, label_of
+from harness.results.ledger import known_mask
 
 from . import OUTCOMES, SEVERITY, prepare
 from .classes import class_groups
@@ -89,9 +90,9 @@ def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = 
     df = prepare(df)
     counts = df["outcome"].value_counts()
     classes = failure_classes(df)
-    known = df[df["pass"] & df["ledger"].notna() & (df["ledger"].astype(str) != "")]
+    known = df[known_mask(df)]
     by_severity, unstable = class_groups(classes, repros, html_path), _unstable(df)
-    known_views = [row_view(r) for r in known.to_dict("records")]
+    known_views = [dict(row_view(r), label=label_of(r)) for r in known.to_dict("records")]
     cross = cross_target(df)
     changes = _changes(base_df, df) if base_df is not None else None
     # Failing rows take the plain `case-…` anchors: the ones a link to a case most often wants.
@@ -109,7 +110,9 @@ def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = 
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         # Attribute names are built from these fixed lists only, never from a table's values.
         "outcomes": OUTCOMES, "change_kinds": CHANGES, "colors": COLORS, "header": header(df, classes),
-        "total": len(df), "n_pass": int(df["pass"].sum()), "n_fail": int((~df["pass"]).sum()),
+        # Known rows (the ledger's) count apart: neither passes nor new failures.
+        "total": len(df), "n_pass": int(df["pass"].sum()) - len(known),
+        "n_fail": int((~df["pass"]).sum()), "n_known": len(known),
         "counts": {o: int(counts.get(o, 0)) for o in OUTCOMES},
         "runs": _runs(df), "matrix": matrix(df),
         "class_groups": by_severity, "n_classes": len(classes),

@@ -8,7 +8,8 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from harness.results.failure_classes import causes_text, failure_classes, verdict
+from harness.results.failure_classes import causes_text, failure_classes, label_of, verdict
+from harness.results.ledger import known_mask
 from harness.results.sanitizer_report import report_of, where_text
 
 from . import (OUTCOMES, diffs_text, fmt_wrong, prepare, repro_command,
@@ -68,6 +69,10 @@ def _sanitizer_cell(value) -> str:
     where = where_text(report)
     text = _cell(report.get("tool", "")) + (f" in {_code(report['kernel'])}" if report.get("kernel") else "")
     return text + f": {_cell(report.get('kind'))}" + (f"; {_cell(where)}" if where else "")
+
+
+def _is_known(row) -> bool:
+    return bool(row.get("pass")) and bool(_flat(row.get("ledger")))
 
 
 def _row(cells) -> str:
@@ -143,6 +148,24 @@ def _script_cell(cls, repros, md_path) -> str:
     return f"[{_cell(Path(link).name)}]({quote(link)})" if link else ""
 
 
+def _known_table(out: _Budget, known: pd.DataFrame) -> None:
+    """The rows the ledger excused, one line per reason: reviewed findings, still shown,
+    counted apart from passes and from new failures."""
+    if not len(known):
+        return
+    out.add(f"### Known failures (ledger): {len(known)} rows, {known['ledger'].nunique()} "
+            f"reviewed cause{'s' if known['ledger'].nunique() != 1 else ''}")
+    out.add("")
+    rows = []
+    for reason, part in known.groupby("ledger", sort=False):
+        labels = sorted({label_of(r) for r in part.to_dict("records")})
+        outcomes = ", ".join(f"{o} {n}" for o, n in part["outcome"].value_counts().items())
+        rows.append([_cell(reason), str(len(part)), _cell(", ".join(labels)), _cell(outcomes),
+                     _code(part["case_id"].iloc[0])])
+    out.table("Known failures", ["reason", "rows", "classes", "outcomes", "example"], rows,
+              share=0.15)
+
+
 def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
                     title: str = "Attention correctness", limit: int = LIMIT,
                     groups: dict | None = None, repros=None, md_path=None) -> str:
@@ -163,11 +186,14 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
     classes = failure_classes(df)
     out.add(f"**{_cell(verdict(df, classes))}**")
     out.add("")
-    out.add(f"{len(df)} cases, {len(df) - n_fail} pass, {n_fail} fail"
+    known = df[known_mask(df)]
+    out.add(f"{len(df)} cases, {len(df) - n_fail - len(known)} pass, "
+            + (f"{len(known)} known (ledger), " if len(known) else "") + f"{n_fail} fail"
             + (f" on {_cell(', '.join(names))}" if names else "") + ".")
     out.add("")
     if groups:
         _groups_table(out, groups)
+    _known_table(out, known)
     if not n_fail:
         # A PR comment for a passing run says so and stops: its every-row table is noise
         # there, and the HTML report keeps it.
@@ -253,7 +279,8 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
     else:
         rows = sort_failures_first(df)
         out.table("All cases", ["route", "case", "outcome", "max \\|diff\\|", "wrong/total"], [
-            [_cell(r["route"]), _code(r["case_id"]), _cell(r["outcome"]),
+            [_cell(r["route"]), _code(r["case_id"]),
+             _cell(r["outcome"]) + (" (known)" if _is_known(r) else ""),
              _diffs(r), fmt_wrong(r)]
             for _, r in rows.iterrows()])
 

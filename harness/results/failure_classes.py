@@ -135,6 +135,30 @@ def tensors_of(variant: str, message="") -> list[str]:
 
 _number = finite_number   # one reader of a hostile table's numbers
 
+_SIGNAL = re.compile(r"\b(SIG[A-Z0-9]{2,10})\b")
+
+
+def signal_of(message) -> str:
+    """The signal a crash row's message names (`worker died: SIGSEGV during run`), or ''."""
+    found = _SIGNAL.search(_text(message))
+    return found.group(1) if found else ""
+
+
+def label_of(row) -> str:
+    """`misplanned.dtype`: the row's `family.variant`, as a report names where it failed."""
+    family = _text(row.get("family"))
+    variant = variant_of(_text(row.get("case_id")), family)
+    return f"{family}.{variant}" if family else variant
+
+
+def cause_labels(row) -> set[str]:
+    """The names a row's failure class goes by, as the reports label a class and the ledger
+    names one: `family.variant` and `family.<variant's shape>`."""
+    family = _text(row.get("family"))
+    variant = variant_of(_text(row.get("case_id")), family)
+    names = {variant, variant_shape(variant)}
+    return {f"{family}.{n}" if family else n for n in names}
+
 
 def _over(diff, tol) -> bool:
     """Whether one output's own max |diff| is past its own tolerance (a missing output is
@@ -302,15 +326,25 @@ def verdict(df: pd.DataFrame, classes: list[FailureClass] | None = None) -> str:
     """One line: `FAIL: 15 distinct causes (12 correctness, 3 clarity) across 198 failing
     rows (of 615)`; a cause is a failure class."""
     classes = failure_classes(df) if classes is None else classes
+    n_known = known_count(df)
+    known = f", {n_known} known (ledger)" if n_known else ""
     if not classes:
-        return f"PASS: {len(df)} rows, 0 failing"
+        return f"PASS: {len(df)} rows, 0 failing{known}"
     counts = {g: sum(c.group == g for c in classes) for g in GROUPS}
     named = [f"{n} {g}" for g, n in counts.items() if n and g != "harness"]
     if counts["harness"]:
         named.append(f"{counts['harness']} harness error")
     n_failing = sum(c.n_rows for c in classes)
     return (f"FAIL: {causes_text(len(classes))} ({', '.join(named)}) across {n_failing} "
-            f"failing rows (of {len(df)})")
+            f"failing rows (of {len(df)}){known}")
+
+
+def known_count(df: pd.DataFrame) -> int:
+    """Rows the known-failures ledger excused (a reason in `ledger`): counted apart from
+    passes and from new failures."""
+    if "ledger" not in df.columns or not len(df):
+        return 0
+    return int(sum(bool(_text(v)) and bool(p) for v, p in zip(df["ledger"], df["pass"])))
 
 
 def _routes_text(routes: list[str], shown: int = 3) -> str:

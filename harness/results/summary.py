@@ -107,7 +107,8 @@ def summary_text(df, wall_s: float | None = None, max_classes: int = 60) -> str:
     Each row's own numbers are in its message already, so nothing here repeats them."""
     import pandas as pd
 
-    from harness.results.failure_classes import classes_text, failure_classes, verdict
+    from harness.results.failure_classes import (classes_text, failure_classes, known_count,
+                                                 verdict)
 
     out = []
     failing = df[~df["pass"].astype(bool)] if len(df) else df
@@ -118,7 +119,9 @@ def summary_text(df, wall_s: float | None = None, max_classes: int = 60) -> str:
     if len(df):
         counts = pd.crosstab(df["route"], df["outcome"], margins=True, margins_name="total")
         out.append(counts.to_string())
-    tail = f"\n{len(df)} cases, {len(failing)} failing"
+    known = known_count(df)
+    tail = f"\n{len(df)} cases, {len(failing)} failing" + (
+        f", {known} known (ledger: passing for the exit status, not passes)" if known else "")
     if len(failing):
         by = failing["severity"].fillna("").replace("", "unrated").value_counts()
         tail += " (" + ", ".join(f"{n} {sev}" for sev, n in by.items()) + ")"

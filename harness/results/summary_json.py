@@ -55,6 +55,8 @@ SCHEMA = {
         "rows": {"type": "integer", "minimum": 0},
         "failing": {"type": "integer", "minimum": 0},
         "gating": {"type": "integer", "minimum": 0},
+        # rows the known-failures ledger excused: not failing, not passes either
+        "known": {"type": "integer", "minimum": 0},
         "counts": {
             "type": "object", "required": ["by_outcome", "by_severity"],
             "properties": {
@@ -110,7 +112,7 @@ def summary(df, *, table: str | None = None, gating_ids: set | None = None,
             exit_code: int | None = None, repro: Callable[[Mapping], str] | None = None) -> dict:
     """The summary document of a loaded table (after the ledger). gating_ids: the failing
     rows that fail the run (None: every failing row)."""
-    from harness.results.failure_classes import failure_classes, verdict
+    from harness.results.failure_classes import failure_classes, known_count, verdict
     from harness.results.junit import default_repro
     repro = repro or default_repro
     n = len(df)
@@ -145,6 +147,7 @@ def summary(df, *, table: str | None = None, gating_ids: set | None = None,
         "verdict_line": verdict(df) if n else "PASS: 0 rows",
         "exit_code": exit_code,
         "rows": n, "failing": len(failing_ids), "gating": len(gating),
+        "known": known_count(df),
         "counts": {"by_outcome": by_outcome, "by_severity": by_severity},
         "failure_classes": classes,
         "table": str(table) if table is not None else None,
