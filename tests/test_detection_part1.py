@@ -4,7 +4,9 @@ with every guard on, the same cases pass.
 
   last_dim_contiguous       q, k, v or a cache with stride(-1) == 2      wrong, max|diff| >= 0.5
                             (single decode's q, which it must copy)
-  out_contiguous            out, lse, partial_state with stride(-1) == 2 wrong, max|diff| >= 0.5
+  out_contiguous            out, lse with stride(-1) == 2                corrupt (written packed:
+                                                                          into the view's gaps)
+                            partial_state with stride(-1) == 2           wrong, max|diff| >= 0.5
   state_contiguous          merge_state inputs with stride(-1) == 2      wrong, max|diff| >= 0.5
   run_matches_plan          run() heads / head dims / page size / rank /  silent
                             dtype / kv rows off the plan
@@ -62,6 +64,8 @@ _ALL = [c for c in generate(("strided", "misplanned", "gqa"), BUNDLED_ROUTES)
 
 INPUTS = {"q", "k", "v", "k_cache", "v_cache", "kv_cache"}
 OUTPUTS = {"out", "lse", "partial_state_v", "partial_state_s"}
+# Outputs the adapter hands over as strided views whose gaps are watched (Buffers.strided_output).
+GAP_WATCHED = {"out", "lse"}
 STATES = {"v_a", "s_b", "v", "s", "v_other"}
 # Process-killing guard-off cases run on CRASH_ROUTES only: each costs a fresh process.
 
@@ -81,7 +85,7 @@ def _strided_rows():
         else:   # head-sliced q, index tensors: controls no layout guard protects
             rows.append((c, "last_dim_contiguous,out_contiguous", {"match"}))
             continue
-        rows.append((c, guard, {"wrong"}))
+        rows.append((c, guard, {"corrupt"} if tensor in GAP_WATCHED else {"wrong"}))
     return rows
 
 
@@ -161,7 +165,9 @@ def test_guard_off_is_detected(row, target, monkeypatch):
     expected = "" if r.passed else ("capability" if r.outcome == "unexpected_refusal"
                                     else "correctness")
     assert severity(r.outcome, r.passed) == expected, r
-    if r.outcome == "corrupt":
+    if r.outcome == "corrupt" and case.family == "strided":
+        assert f"gaps of strided {case.params['strided']}:" in r.message, r.message
+    elif r.outcome == "corrupt":
         assert "canary after out" in r.message, r.message
     if case.family == "strided" and r.outcome == "wrong":
         # Seed 002: max |diff| 0.98-1.40 on real data; NaN poison in the skipped slots

@@ -256,6 +256,14 @@ class _Guarded:
 
 
 @dataclass
+class _Gaps:
+    name: str
+    wide: torch.Tensor          # the packed allocation the strided view was cut from
+    step: int                   # the view takes every step-th slot of its last dim
+    poison: torch.Tensor        # the poison's bits, one element
+
+
+@dataclass
 class _Watched:
     name: str
     tensor: torch.Tensor
@@ -275,6 +283,7 @@ class Buffers:
         self.notes: list[str] = []      # how the case was run, where the platform decides
         self._guarded: list[_Guarded] = []
         self._watched: list[_Watched] = []
+        self._gaps: list[_Gaps] = []
 
     @property
     def current_stage(self) -> str:
@@ -305,6 +314,17 @@ class Buffers:
             numel *= n
         g = self._banded(numel, dtype, name, canary_elems)
         return g.alloc[canary_elems:canary_elems + numel].view(shape)
+
+    def strided_output(self, shape, dtype: torch.dtype, name: str, step: int = 2,
+                       canary_elems: int = CANARY_ELEMS) -> torch.Tensor:
+        """A poisoned output of `shape` whose last dim has stride `step`, cut from one
+        canary-banded allocation. The skipped slots (the gaps) are no part of the output:
+        check() reports any the library wrote (one that ignores the stride writes them)."""
+        shape = tuple(int(n) for n in shape)
+        wide = self.output((*shape[:-1], step * shape[-1]), dtype, name, canary_elems)
+        poison = _bits_of(torch.full((1,), poison_value(dtype), dtype=dtype))
+        self._gaps.append(_Gaps(name, wide, step, poison))
+        return wide[..., ::step]
 
     def place(self, tensor: torch.Tensor, name: str,
               canary_elems: int = CANARY_ELEMS) -> torch.Tensor:
@@ -349,6 +369,7 @@ class Buffers:
             if bad.numel():
                 problems.append(f"canary after {g.name}: {bad.numel()} elements changed, "
                                 f"first at +{int(bad[0])}")
+        problems += [p for g in self._gaps for p in _gap_writes(g)]
         hashed = [w for w in self._watched if w.snapshot is None and w.sparse is None]
         now = dict(zip(map(id, hashed), fingerprints([w.tensor for w in hashed])))
         for w in self._watched:
@@ -361,3 +382,19 @@ class Buffers:
             if changed:
                 problems.append(f"input {w.name} changed")
         return problems
+
+
+def _gap_writes(g: _Gaps) -> list[str]:
+    """The gaps of a strided output that no longer hold poison: written by the library."""
+    if g.step < 2 or g.wide.numel() == 0:
+        return []
+    slots = _bits_of(g.wide).reshape(-1, g.step)[:, 1:].cpu()
+    written = (slots != g.poison).nonzero()
+    if not written.numel():
+        return []
+    row, col = (int(x) for x in written[0])
+    first = tuple(int(i) for i in torch.unravel_index(torch.tensor(row * g.step + col + 1),
+                                                      tuple(g.wide.shape)))
+    return [f"gaps of strided {g.name}: {written.shape[0]} of {slots.numel()} skipped slots "
+            f"written (the library ignored its stride {g.step}), first at {list(first)} of "
+            f"the [..., {g.wide.shape[-1]}] buffer it was cut from"]

@@ -61,8 +61,8 @@ class Views:
         shape = tuple(int(n) for n in shape)
         if self.strided == name:
             self.used.add(name)
-            wide = self.buffers.output((*shape[:-1], 2 * shape[-1]), dtype, name, canary_elems)
-            return wide[..., ::2]
+            # Its gaps are watched: a library that writes it as packed is `corrupt`.
+            return self.buffers.strided_output(shape, dtype, name, 2, canary_elems)
         return self.buffers.output(shape, dtype, name, canary_elems)
 
     def check_used(self) -> None:
@@ -130,7 +130,7 @@ def _pool(shape, dtype, device, owned) -> torch.Tensor:
     if numel <= FULL_POISON_ELEMS:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     pages = torch.empty(shape, dtype=dtype, device=device)
-    near = {0, 1}
+    near = {p for p in (0, 1) if p < shape[0]}     # a pool of one page has no page 1
     for page in owned:
         near.update(range(max(0, page - _NEIGHBOURS), min(shape[0], page + _NEIGHBOURS + 1)))
     index = torch.tensor(sorted(near), dtype=torch.long, device=device)
