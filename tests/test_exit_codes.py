@@ -219,3 +219,33 @@ def test_a_killed_pytest_child_is_one_line_with_the_rows_kept_and_the_resume_com
                                f"1 of 2 rows kept in {results}; continue with: harness check "), lines[0]
     assert lines[0].endswith(f"--cases-file {cases} --results {results} --resume"), lines[0]
     assert "PASS" not in out and "Traceback" not in err
+
+
+def test_a_stopped_controller_is_ended_by_the_parent_with_the_rows_kept(tmp_path):
+    """SIGSTOP of the pytest controller alone: the parent `harness check` sees it stopped
+    (its state in /proc), ends it once it has been stopped past the case timeout, and says
+    what is kept and how to go on."""
+    from harness.tools.controller_watch import process_state
+    proc, cases, results = start_slow_check(tmp_path, "--case-timeout", "3")
+    try:
+        deadline = time.monotonic() + 240
+        child = pytest_child(proc.pid, deadline)
+        wait_for_rows(results, 1, deadline)
+        os.kill(child, signal.SIGSTOP)
+        while process_state(child) != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(child) == "T"
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2, out + err
+    assert process_state(child) in (None, "Z"), "the stopped controller was left behind"
+    lines = [l for l in err.splitlines() if l.startswith("check: ") and "rows go to" not in l]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"check: the pytest controller (pid {child}) was stopped for "), lines[0]
+    assert "past the case timeout of 3 s; it was ended; 1 of 2 rows kept in " in lines[0], lines[0]
+    assert lines[0].endswith(f"--cases-file {cases} --results {results} --case-timeout 3 "
+                             f"--resume"), lines[0]
+    assert "PASS" not in out and "Traceback" not in err
+    assert [r["case_id"] for r in table.read_rows(results)][0].endswith("faults.none/n0")

@@ -156,13 +156,15 @@ def resume_command(argv) -> str:
     return shlex.join(["harness", *argv])
 
 
-def _wait(proc: subprocess.Popen, progress: Progress | None) -> int:
+def _wait(proc: subprocess.Popen, progress: Progress | None, watch=None) -> int:
     while True:
         try:
             return proc.wait(timeout=POLL_S)
         except subprocess.TimeoutExpired:
             if progress is not None:
                 progress.tick()
+            if watch is not None:
+                watch.tick()   # ends a stopped controller (harness/tools/controller_watch.py)
 
 
 class Terminated(KeyboardInterrupt):
@@ -218,8 +220,11 @@ def run_check_child(child, args, results: Path, expected: set) -> int | None:
     child.go(results)
     # This process only waits now: the tables' reader (pandas) loads while the child runs.
     import pandas  # noqa: F401
+    from harness.engine.isolation import TIMEOUT_BASE_S
+    from harness.tools.controller_watch import ControllerWatch
+    watch = ControllerWatch(proc, args.case_timeout or TIMEOUT_BASE_S)
     try:
-        rc = _wait(proc, None if log is None else progress)
+        rc = _wait(proc, None if log is None else progress, watch)
     except KeyboardInterrupt as stop:
         _stop(proc, alone=isinstance(stop, Terminated))
         progress.poll()
@@ -234,10 +239,10 @@ def run_check_child(child, args, results: Path, expected: set) -> int | None:
     progress.clear()
     if rc == 5 and args.resume:
         rc = 0   # pytest's "no tests collected": every case of the selection had its row
-    completed = rc in (0, 1)
+    completed = rc in (0, 1) and watch.reason is None
     if log is not None:
         log.close()
-        stops = [] if completed else stop_lines(log.name)
+        stops = [] if completed or watch.reason else stop_lines(log.name)
         if completed and results.exists():
             os.unlink(log.name)
         elif stops:
@@ -247,14 +252,15 @@ def run_check_child(child, args, results: Path, expected: set) -> int | None:
             os.unlink(log.name)
             args.stopped = stops[-1]
             return rc
-        elif rc > 0:
+        elif rc > 0 and not watch.reason:
             show_log_tail(log.name, rc)
         else:
             os.unlink(log.name)   # killed: its log ends mid-run and says nothing of why
     if not completed:
         progress.poll()
-        why = (f"the pytest run (pid {proc.pid}) was killed by {_signal_name(-rc)}" if rc < 0
-               else f"pytest exited {rc} before the run ended")
+        why = watch.reason or (
+            f"the pytest run (pid {proc.pid}) was killed by {_signal_name(-rc)}" if rc < 0
+            else f"pytest exited {rc} before the run ended")
         args.stopped = why
         print(f"check: {why}; {progress.done} of {progress.total} rows kept in {results}; "
               f"continue with: {resume_command(getattr(args, 'argv', sys.argv[1:]))}",
