@@ -27,12 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.engine import pytest_root  # noqa: E402
+
 
 def run(cases_file: Path | None, target: str, n: int, *extra: str) -> tuple[float, int, int]:
     """(wall seconds, rows written, pytest exit code)."""
     with tempfile.TemporaryDirectory(prefix="isobench-") as tmp:
         results = Path(tmp) / "r.jsonl"
-        cmd = [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider",
+        cmd = [sys.executable, "-m", "pytest", str(pytest_root.PATH), "-p", "no:cacheprovider",
                "-q", "--target", target, "--results", str(results), "-n", str(n), *extra]
         if cases_file is not None:
             cmd += ["--cases-file", str(cases_file)]

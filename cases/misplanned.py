@@ -76,8 +76,9 @@ MISMATCHES = tuple((r.variant, r.field, r.value, r.expect, r.word, r.planned)
 
 # Variants that move one side of a k/v pair alone: mismatch["only"] names it.
 ONLY = {r.variant: r.only for r in relations.RELATIONS if r.only}
-# Batch decode plans one query row per request: its row count is the batch size.
-WORD_BY_OP = {("batch_decode", "rows"): "batch_size"}
+# Batch decode plans one query row per request: its row count is the batch size (a plan()
+# without query offsets says so) or the offsets' rows (a vLLM-shaped call's query_start_loc).
+WORD_BY_OP = {("batch_decode", "rows"): "batch_size|rows"}
 _PAGED_FIELDS = {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
                  "rank", "q_rows", "dtype", "batch_size", "kv_lens", "block_table",
                  "query_start_loc", "last_page_len", "max_seqlen_q", "max_seqlen_k"}

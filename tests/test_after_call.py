@@ -15,6 +15,7 @@ import pytest
 from fault_target import fault_case
 from harness.engine import after_call, device_memory, isolation
 from harness.engine.plugins import worker
+from harness.engine import pytest_root
 from harness.engine.session import ROW_KEY, RUN, Run
 from harness.results import table
 
@@ -154,7 +155,7 @@ def test_a_poisoned_context_is_that_cases_crash_and_the_next_case_its_own_verdic
     cases_file.write_text(json.dumps([c.to_json() for c in cases]))
     results = tmp_path / "results.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", str(pytest_root.PATH), "-p", "no:cacheprovider", "-q",
          "--target", "faults", "--cases-file", str(cases_file), "--results", str(results),
          "-n", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     rows = {r["case_id"]: r for r in table.read_rows(results)}

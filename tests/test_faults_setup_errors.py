@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fault_target import fault_case
+from harness.engine import pytest_root
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED_CASE = "fa2.single_prefill/valid.grid/bf16-d64-h2x2-q1k1-full-nhd"
@@ -112,7 +113,7 @@ def test_a_timeout_past_the_ceiling_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("value", ["abc", "987654"])
 def test_a_held_start_variable_naming_no_pipe_is_one_line(tmp_path, value):
-    done = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "cases"), "-q", "-p",
+    done = subprocess.run([sys.executable, "-m", "pytest", str(pytest_root.PATH), "-q", "-p",
                            "no:cacheprovider", "--target", "faults", "--case-id", "none",
                            "--results", str(tmp_path / "r.jsonl")], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT), HARNESS_GO_FD=value),

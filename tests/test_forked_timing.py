@@ -13,6 +13,7 @@ import pytest
 
 from fault_target import ForkingFaultsTarget, fault_case
 from harness.engine import forkserver
+from harness.engine import pytest_root
 from harness.model.capabilities import Capabilities
 from harness.results import table
 
@@ -46,7 +47,7 @@ def test_forked_cases_with_a_short_timeout_hang_only_when_their_child_hangs(tmp_
     cases_file.write_text(json.dumps([c.to_json() for c in cases]))
     results = tmp_path / "results.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", str(pytest_root.PATH), "-p", "no:cacheprovider", "-q",
          "--target", FORKING, "--cases-file", str(cases_file), "--results", str(results),
          "--case-timeout", "2", "-n", "1"], cwd=ROOT, capture_output=True, text=True,
         timeout=300, env=dict(os.environ, FAULTS_LOAD_S="6"))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.engine import pytest_root
 from harness.results import table
 from fault_target import fault_case
 
@@ -25,7 +26,7 @@ def write_cases(tmp_path, *specs):
 
 def run_matrix(tmp_path, cases_file, *args, timeout=300):
     results = tmp_path / "results.jsonl"
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider", "-q",
+    cmd = [sys.executable, "-m", "pytest", str(pytest_root.PATH), "-p", "no:cacheprovider", "-q",
            "--target", "faults", "--cases-file", str(cases_file), "--results", str(results), *args]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     rows = table.read_rows(results) if results.exists() else []

@@ -25,7 +25,21 @@ from pathlib import Path
 
 from harness.model.capabilities import Capabilities  # noqa: F401  (re-exported for adapters)
 from harness.model.routes import DEFAULT_TARGET
+from harness.model.signature import ENCODINGS, ROLES, Arg, Signature  # noqa: F401  (public)
 from harness.targets.base import Skip, Target  # noqa: F401  (re-exported for adapters)
+
+# The names an adapter imports (docs/targets.md): stable across releases.
+__all__ = ["Arg", "Capabilities", "DeclaredTarget", "ENCODINGS", "ROLES", "Signature", "Skip",
+           "Target", "load_target"]
+
+
+def __getattr__(name):
+    # DeclaredTarget's runner needs torch: loaded on first use, so a descriptor (and
+    # `import harness.targets`) stays torch-free.
+    if name == "DeclaredTarget":
+        from harness.targets.block_table.declared import DeclaredTarget
+        return DeclaredTarget
+    raise AttributeError(f"module 'harness.targets' has no attribute {name!r}")
 
 TARGETS = {
     "bundled": "harness.targets.bundled",

@@ -1,0 +1,89 @@
+"""A vLLM-shaped library declared by its signature alone is checked by `harness check`.
+
+tests/user_targets/tinyvllm.py is a small pure-torch library and an adapter made of its
+signature and one function per call (harness/targets/block_table/declared.py performs every
+case). Its three planted bugs must each be found by the families the signature reaches, with
+no scenario code in the adapter; the same library with the bugs fixed must pass those rows."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+
+ADAPTER = Path(__file__).parent / "user_targets" / "tinyvllm.py"
+
+
+def _check(tmp_path, factory: str) -> dict:
+    table = tmp_path / f"{factory}.jsonl"
+    rc = cli.main(["check", "--target", f"{ADAPTER}:{factory}", "-n", "0",
+                   "--family", "misplanned,restaged_indptr", "--case-id", "bf16",
+                   "--results", str(table)])
+    rows = {}
+    for line in table.read_text().splitlines():
+        row = json.loads(line)
+        rows[row["case_id"]] = row
+    return rc, rows
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tiny")
+    return {f: _check(tmp, f) for f in ("make_target", "make_fixed_target")}
+
+
+def _variant_rows(rows, variant):
+    return [r for i, r in rows.items() if f"/{variant}/" in i]
+
+
+@pytest.mark.parametrize("variant, outcome", [
+    ("restaged_indptr.seq_lens", "wrong"),             # (a) plan() kept the caller's seq_lens
+    ("misplanned.block_table_negative", "silent"),     # (b) a negative block id wraps around
+    ("misplanned.num_qo_heads_more", "silent"),        # (c) run with more heads than planned
+])
+def test_each_planted_bug_is_found(runs, variant, outcome):
+    rc, rows = runs["make_target"]
+    found = _variant_rows(rows, variant)
+    assert found, variant
+    assert {r["outcome"] for r in found} == {outcome}, [(r["case_id"], r["outcome"]) for r in found]
+    assert all(not r["pass"] and r["severity"] == "correctness" for r in found)
+    assert rc != 0
+    # the fixed library passes the same rows
+    _, fixed = runs["make_fixed_target"]
+    again = _variant_rows(fixed, variant)
+    assert len(again) == len(found) and all(r["pass"] for r in again), \
+        [(r["case_id"], r["outcome"], r["message"]) for r in again if not r["pass"]]
+
+
+def test_the_fixed_library_passes_every_row_it_runs(runs):
+    rc, rows = runs["make_fixed_target"]
+    failing = [(i, r["outcome"], r["message"]) for i, r in rows.items() if not r["pass"]]
+    assert not failing and rc == 0, failing
+    ran = [r for r in rows.values() if r["outcome"] != "skipped"]
+    # the bounds, counts and restaged relations all ran, refused by name or matched
+    variants = {r["case_id"].split("/")[1] for r in ran}
+    assert {"misplanned.kv_lens_past_table", "misplanned.kv_lens_negative",
+            "misplanned.block_table_one_past", "misplanned.batch_size_fewer",
+            "misplanned.query_start_loc_decreasing", "misplanned.num_kv_heads_more",
+            "restaged_indptr.block_table", "restaged_indptr.query_start_loc"} <= variants
+
+
+def test_the_adapter_holds_no_scenario_code():
+    """Its module defines the library, the signature and the call functions: nothing of the
+    harness's cases (no params, mismatch, rewrite or buffers)."""
+    text = ADAPTER.read_text()
+    adapter = text[text.index("PLAN, RUN = "):]
+    for word in ("params", "mismatch", "rewrite", "buffers", "Skip", "case"):
+        assert word not in adapter, word
+
+
+def test_descriptor_of_the_adapter_imports_no_torch_for_the_signature():
+    code = ("import sys; from harness.targets import Arg, Signature, Capabilities; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert out.stdout.strip() == "False", out.stderr
