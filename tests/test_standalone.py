@@ -195,3 +195,21 @@ def test_one_script_per_failure_class(tmp_path):
     assert script == tmp_path / "repros" / f"{slug}.py" and script.exists()
     run = _run_isolated(script, tmp_path)
     assert run.returncode == 1 and "VERDICT wrong" in run.stdout, run.stdout + run.stderr[-1500:]
+
+
+def test_repro_standalone_refuses_a_case_over_the_ceiling_before_building_it(tmp_path, capsys,
+                                                                            monkeypatch):
+    """The check skips it for size; the script would build it all the same: one line,
+    exit 2, before the child or the problem is made."""
+    from harness.model import budget
+    from harness.tools import repro
+    monkeypatch.setenv(budget.CEILING_ENV, "1000")
+
+    def never(*a, **k):
+        raise AssertionError("the case was run")
+    monkeypatch.setattr(repro, "repro_in_child", never)
+    out = tmp_path / "x.py"
+    assert repro.cmd_repro(_args(output=str(out))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "over the ceiling of 1,000 bytes" in err[0], err
+    assert err[0].startswith("repro: fa2.paged_prefill/") and not out.exists()

@@ -1,4 +1,4 @@
-"""Bounded inputs: how many bytes a case's tensors take, and which case files are refused.
+"""Bounded inputs: how many bytes a case allocates, and which case files are refused.
 
 Both read params alone (torch-free), so a case over the machine's memory is a `skipped` row
 before any tensor is made, and a cases file holding a negative length or a context past
@@ -34,26 +34,137 @@ SIZE_FIELDS = ("head_dim", "head_dim_vo", "num_qo_heads", "num_kv_heads", "page_
 LENGTH_LISTS = ("qo_lens", "kv_lens")
 
 
-def case_bytes_estimate(params: dict) -> int:
-    """Bytes a case's inputs, outputs and fp64 reference take, from its params alone.
+def case_bytes_estimate(params: dict, op: str | None = None) -> int:
+    """Bytes a case allocates at its peak, from its params alone: case_bytes_parts and the
+    op's own (op_bytes; without an op, as if it built a paged cache and a workspace).
 
-    Inputs in the case's dtype (strided views double what they hold), the output and
-    its canary bands, and the reference's fp64 copies of q, k, v and o. An estimate for a
-    ceiling, not an allocator's count: it errs high.
-    """
-    elements = qkv_elements(params)
-    width = DTYPE_BYTES.get(str(params.get("dtype", "bf16")), 8)
-    strided = 2 if params.get("strided") else 1   # a stride-2 view holds twice its elements
+    An estimate for a ceiling, not an allocator's count: it errs high (every part is
+    counted as if all were alive at once), never low."""
+    return sum(case_bytes_parts(params).values()) + sum(op_bytes(op, params).values())
+
+
+# The reference's logits block (harness/model/reference.py _LOGITS_BUDGET, elements): its
+# fp64 logits, their masked copy, logsumexp's and exp's temporaries and the weights P are
+# alive together, and the fp32 baseline repeats it at half the width.
+LOGITS_BLOCK = 1 << 24
+LOGITS_LIVE = 6
+# The float workspace a plan()/run() route hands the library (harness/targets/plan_run/
+# call.py WORKSPACE_BYTES), unless the case names its own.
+WORKSPACE_BYTES = 32 << 20
+# Small tensors, index lists and the allocator's slack around them, whatever the case.
+FIXED_BYTES = 16 << 20
+INPUT_COPIES = 3
+# Ops whose adapters build a paged cache (harness/targets/layout.py build_paged).
+PAGED_OPS = ("paged_prefill", "batch_decode", "mixed_batch")
+PLANNED_OPS = ("paged_prefill", "ragged_prefill", "batch_decode", "mixed_batch")
+# A page pool past this many elements is poisoned only around the pages a request owns
+# (layout.py FULL_POISON_ELEMS, _NEIGHBOURS): the untouched pages never become memory.
+FULL_POISON_ELEMS = 1 << 26
+POISONED_PER_PAGE = 5
+
+
+def _int(params: dict, key: str, default: int) -> int:
+    value = params.get(key)
+    if value is None or isinstance(value, bool):
+        return default
     try:
-        hq, dv = int(params.get("num_qo_heads", 1)), int(params.get("head_dim_vo")
-                                                          or params.get("head_dim", 1))
-        out = sum(int(q) for q in params.get("qo_lens", [1])) * hq * dv
+        return max(0, int(value))
     except (TypeError, ValueError):
-        out = 0
-    inputs = elements * width * strided
-    outputs = 2 * out * width            # the output and its canary bands
-    reference = (elements + out) * REFERENCE_BYTES
-    return int(inputs + outputs + reference)
+        return default
+
+
+def _lens(params: dict, key: str) -> list[int]:
+    value = params.get(key, [1])
+    if not isinstance(value, list):
+        return [1]
+    try:
+        return [max(0, int(n)) for n in value]
+    except (TypeError, ValueError):
+        return [1]
+
+
+def case_bytes_parts(params: dict) -> dict[str, int]:
+    """What a case allocates, by part, in bytes (from its params alone):
+
+    fixed      small tensors and the allocator's slack
+    inputs     q, k, v in the case's dtype (a strided view holds twice its elements): the
+               problem's, the adapter's copies and the input snapshots
+    outputs    the output in its canary bands, the fp32 LSE
+    reference  the fp64 copies of q, k, v and o, k and v expanded to every q head (GQA)
+    masks      each request's [qo, kv] visibility mask and the temporary `&=` makes, a
+               custom mask's draws (fp32 uniforms, a tree's [qo, qo] ancestors)
+    logits     the reference's bounded logits blocks (LOGITS_LIVE fp64 copies alive)
+    pages      the paged cache's k and v pools ([pages, page_size, Hkv, D], padding
+               pages and page_id_offset's unreferenced ones included; an HND copy; the
+               snapshot), as resident memory: a pool past FULL_POISON_ELEMS is touched only
+               around the pages the requests own
+    workspace  the float workspace of a plan()/run() route
+    """
+    qo, kv = _lens(params, "qo_lens"), _lens(params, "kv_lens")
+    pairs = list(zip(qo, kv))
+    hq = _int(params, "num_qo_heads", 1)
+    hkv = _int(params, "num_kv_heads", 0) or hq
+    d = _int(params, "head_dim", 1)
+    dv = _int(params, "head_dim_vo", 0) or d
+    width = DTYPE_BYTES.get(str(params.get("dtype", "bf16")), 8)
+    strided = 2 if params.get("strided") else 1
+    elements = qkv_elements(params)
+    rows = sum(qo)
+    out = rows * hq * dv
+    kv_rows = sum(kv)
+    parts = {
+        "fixed": FIXED_BYTES,
+        # the problem's tensors, the adapter's copies it hands the library, and the
+        # snapshot that tells a changed input (builders.Buffers.watch)
+        "inputs": INPUT_COPIES * elements * width * strided,
+        "outputs": 2 * out * width + 2 * rows * hq * 4,
+        # k and v expanded to every q head, and einsum's permuted copy of each
+        "reference": (elements + out) * REFERENCE_BYTES
+        + 2 * max(kv or [0]) * hq * (d + dv) * REFERENCE_BYTES,
+    }
+    biggest = max((q * k for q, k in pairs), default=0)
+    masks = 2 * biggest
+    custom = params.get("custom_mask")
+    if custom:
+        masks += sum(q * k * 5 + q * q for q, k in pairs)     # bool + fp32 draws, tree
+    parts["masks"] = masks
+    block = max((min(q, max(1, LOGITS_BLOCK // max(1, hq * k))) * hq * k for q, k in pairs),
+                default=0)
+    parts["logits"] = LOGITS_LIVE * block * REFERENCE_BYTES
+    return parts
+
+
+def op_bytes(op: str | None, params: dict) -> dict[str, int]:
+    """What the op's adapter adds to case_bytes_parts: the paged cache and the workspace."""
+    out = {"pages": 0, "workspace": 0}
+    if op is None or op in PLANNED_OPS:
+        out["workspace"] = _int(params, "workspace_bytes", WORKSPACE_BYTES)
+    if op is None or op in PAGED_OPS:
+        out["pages"] = page_pool_bytes(params)
+    return out
+
+
+def page_pool_bytes(params: dict) -> int:
+    """The k and v page pools build_paged makes for the case, as resident bytes."""
+    page = _int(params, "page_size", 16) or 1
+    kv = _lens(params, "kv_lens")
+    hq = _int(params, "num_qo_heads", 1)
+    hkv = _int(params, "num_kv_heads", 0) or hq
+    d = _int(params, "head_dim", 1)
+    dv = _int(params, "head_dim_vo", 0) or d
+    width = DTYPE_BYTES.get(str(params.get("dtype", "bf16")), 8)
+    total = sum(-(-n // page) for n in kv)
+    pool = max(_int(params, "page_id_offset", 0) + total, 1)
+    copies = 2 if str(params.get("layout", "NHD")) == "HND" else 1
+    resident = 0
+    for dim in (d, dv):
+        per_page = page * hkv * dim
+        if pool * per_page <= FULL_POISON_ELEMS:
+            pages = pool
+        else:   # only the owned pages, their neighbours and the first two are touched
+            pages = min(pool, 2 + POISONED_PER_PAGE * max(total, 1))
+        resident += pages * per_page * width * copies
+    return 2 * resident      # and its snapshot (builders.Buffers.watch)
 
 
 def mem_available() -> int | None:
@@ -89,11 +200,11 @@ def run_ceiling() -> int | None:
     return default_ceiling()
 
 
-def over_ceiling(params: dict, ceiling: int | None) -> str | None:
+def over_ceiling(params: dict, ceiling: int | None, op: str | None = None) -> str | None:
     """The skipped row's message when the case is over `ceiling` bytes; None when it fits."""
     if not ceiling:
         return None
-    estimate = case_bytes_estimate(params)
+    estimate = case_bytes_estimate(params, op)
     if estimate <= ceiling:
         return None
     return (f"the case needs about {estimate:,} bytes, over the ceiling of {ceiling:,} bytes "

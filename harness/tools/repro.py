@@ -108,6 +108,11 @@ def repro_standalone(args, given) -> int:
         if args.case_id not in by_id:
             return _unknown(args.case_id, closest_ids(args.case_id, list(by_id)))
         given = [by_id[args.case_id]]
+    from harness.tools.standalone import over_budget
+    too_big = over_budget(given[0])
+    if too_big:      # refused before a tensor is made, here or in the child
+        print(f"repro: {too_big}", file=sys.stderr)
+        return EXIT_USAGE
     rows = []
     code = repro_in_child(args, given, rows.append)
     if not rows:

@@ -121,6 +121,23 @@ _literal = data_literal
 _GUARDS = re.compile(r"[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*")
 
 
+def over_budget(case) -> str | None:
+    """Why `case` is too big to write as a script, from its params alone (before a tensor is
+    made), or None: over the run's memory ceiling (the check skipped it too), or inputs
+    too large to embed."""
+    from harness.model import budget
+    from harness.model.sizes import qkv_elements
+    over = budget.over_ceiling(dict(case.params), budget.run_ceiling(), case.op)
+    if over is not None:
+        return f"{shown(case.id)}: {over}; a script would build it too"
+    width = budget.DTYPE_BYTES.get(str(case.params.get("dtype", "bf16")), 8)
+    raw = qkv_elements(case.params) * width
+    if raw > MAX_INPUT_BYTES:
+        return (f"{shown(case.id)}: its inputs are {raw >> 20} MiB, too large to embed "
+                f"(at most {MAX_INPUT_BYTES >> 20} MiB)")
+    return None
+
+
 def script_text(case, target, row: dict, command: str, disable_guards: str | None = None) -> str:
     """The standalone script for `case` on `target`, whose harness row is `row`."""
     import torch
@@ -139,6 +156,9 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
     if source is None:
         raise Unavailable(f"target {target.name!r} cannot write standalone scripts "
                           "(its adapter has no standalone_source)")
+    too_big = over_budget(case)
+    if too_big:
+        raise Unavailable(too_big)
     # The input bits do not depend on the device (harness/model/problem.py): drawn here on
     # the CPU, they are the ones the row's run used.
     problem = build_problem(case.params, case.seed, "cpu")
