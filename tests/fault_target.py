@@ -144,8 +144,8 @@ def _holds_shares() -> None:
         return
     real = device_memory.shares_for
 
-    def shares_for(params, total_bytes):
-        return LATE_SHARES if params.get("fault") == "late" else real(params, total_bytes)
+    def shares_for(params, total_bytes, extra=0):
+        return LATE_SHARES if params.get("fault") == "late" else real(params, total_bytes, extra)
     shares_for.faults_target = True
     device_memory.shares_for = shares_for
 

@@ -78,7 +78,7 @@ def poisoned_release(monkeypatch):
     def release_cached():
         released.append(True)
         raise RuntimeError(ILLEGAL)
-    monkeypatch.setattr(device_memory, "shares_for", lambda params, total: 2)
+    monkeypatch.setattr(device_memory, "shares_for", lambda params, total, extra=0: 2)
     monkeypatch.setattr(device_memory, "release_cached", release_cached)
     return released
 
@@ -112,7 +112,7 @@ def test_the_cases_own_failure_stays_on_the_row_beside_the_late_fault(tmp_path, 
 def test_a_healthy_case_holding_shares_is_its_own_verdict_and_keeps_its_worker(tmp_path,
                                                                                monkeypatch):
     released = []
-    monkeypatch.setattr(device_memory, "shares_for", lambda params, total: 2)
+    monkeypatch.setattr(device_memory, "shares_for", lambda params, total, extra=0: 2)
     monkeypatch.setattr(device_memory, "release_cached", lambda: released.append(True))
     run = worker_run(tmp_path)
     row = run_one(run, fault_case("none"))
@@ -123,7 +123,7 @@ def test_a_healthy_case_holding_shares_is_its_own_verdict_and_keeps_its_worker(t
 def test_an_error_of_ours_after_the_call_is_never_the_librarys(tmp_path, monkeypatch):
     def release_cached():
         raise OSError("no such file: shares.pick")
-    monkeypatch.setattr(device_memory, "shares_for", lambda params, total: 2)
+    monkeypatch.setattr(device_memory, "shares_for", lambda params, total, extra=0: 2)
     monkeypatch.setattr(device_memory, "release_cached", release_cached)
     run = worker_run(tmp_path)
     row = run_one(run, fault_case("none"))

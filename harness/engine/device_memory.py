@@ -51,9 +51,10 @@ def estimate_bytes(params: dict) -> int:
     return dtype_copies + reference
 
 
-def shares_for(params: dict, total_bytes: int) -> int:
-    """How many shares a case holds: none below BIG_BYTES, at most USABLE."""
-    need = estimate_bytes(params)
+def shares_for(params: dict, total_bytes: int, extra: int = 0) -> int:
+    """How many shares a case holds: none below BIG_BYTES, at most USABLE. `extra`: what the
+    adapter declares it allocates for the case (Target.estimate_bytes)."""
+    need = estimate_bytes(params) + extra
     if need < BIG_BYTES or total_bytes <= 0:
         return 0
     return min(USABLE, max(1, math.ceil(need * SHARES / total_bytes)))

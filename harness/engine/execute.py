@@ -20,17 +20,17 @@ from typing import Callable
 
 import torch
 
-from harness.model import budget, platform_info
+from harness.engine.precheck import skip_reason
+from harness.model import platform_info
 from harness.model.builders import Buffers
 from harness.model.case import Case
 from harness.model.classify import (Verdict, classify, crash_verdict, error_text,
                               harness_error_verdict)
-from harness.model.compare import PER_OUTPUT, compare, missing, summarize
+from harness.model.compare import PER_OUTPUT, judge, summarize  # noqa: F401 (judge: tests)
 from harness.model.params import ReadParams
 from harness.model.signals import raises_device_fault
-from harness.model.problem import build_problem, normalize
+from harness.model.problem import build_problem
 from harness.model.reference import NoReference, attention_baseline, attention_reference
-from harness.model.tolerance import lse_tolerance, output_tolerance
 from harness.targets.base import Skip, Target
 
 
@@ -138,23 +138,6 @@ def execute_case(case: Case, target: Target, device: torch.device | str | None =
             raise
         return done(device_fault_verdict(case, error, buffers.current_stage),
                     error_type=type(error).__name__)
-
-
-def skip_reason(case: Case, target: Target) -> str | None:
-    """Why the case is skipped before any tensor is made or any library code runs, or None:
-    a capability the target lacks, the memory ceiling, the adapter's own skip_reason (a
-    Target hook: a skip it can decide from the case alone). Decided in the worker, so a case
-    the target runs forked (forkserver.forks_each) costs no child to be skipped. A malformed
-    case raises: a harness error, never a skip."""
-    normalize(case.params)
-    lacking = target.capabilities.lacks(case.op, case.params, case.requires)
-    if lacking is not None:
-        return f"{target.name} lacks {lacking}"
-    over = budget.over_ceiling(dict(case.params), budget.run_ceiling())
-    if over is not None:
-        return over
-    own = getattr(target, "skip_reason", None)
-    return own(case) if callable(own) else None
 
 
 def device_fault_verdict(case: Case, error: BaseException, stage: str, before: str = ""):
@@ -281,33 +264,6 @@ def _strided_not_handed(read: ReadParams) -> Verdict | None:
         f"params['strided'] = {name!r}, but no tensor named {base!r} went through the "
         f"case's buffers (layout.Views.input/index/output, or Buffers.watch/output under "
         f"that name): the view was never made, so the packed tensor was tested")
-
-
-def judge(result: dict, expected: dict, baseline: dict | None, problem,
-          skip: set = frozenset()) -> list:
-    """(name, Comparison) for o, and for lse when the case asks for it (and the adapter
-    did not declare it cannot return it: `skip`, which the row then names).
-
-    o is judged against the tolerance model's bound from the baseline;
-    lse by its own natural-log tolerance (harness/model/tolerance.py).
-    """
-    names = ["o"]
-    if problem.return_lse and "lse" in expected and "lse" not in skip:
-        names.append("lse")
-    comparisons = []
-    for name in names:
-        got, exp = result.get(name), expected[name]
-        if got is None:
-            comparisons.append((name, missing(name, exp)))
-            continue
-        if name == "lse":
-            comparisons.append((name, compare(got, exp, lse_tolerance(exp))))
-            continue
-        base = baseline.get(name) if baseline else None
-        tol, base_err = output_tolerance(exp, base, problem.dtype_name, expected.get("lse"),
-                                         problem.head_dim)
-        comparisons.append((name, compare(got, exp, tol, base_err)))
-    return comparisons
 
 
 def _returned(result) -> dict:

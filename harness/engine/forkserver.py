@@ -111,7 +111,7 @@ def forks_each(target, case) -> bool:
     import torch
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return False
-    from harness.engine.execute import skip_reason
+    from harness.engine.precheck import skip_reason
     return skip_reason(case, target) is None
 
 

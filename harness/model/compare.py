@@ -150,3 +150,32 @@ def summarize(comparisons: Iterable[tuple[str, Comparison]]) -> Summary:
     return Summary(not bad, max_abs, n_wrong, n_total, first, message, tolerance=head.tolerance,
                    baseline_error=head.baseline_error, rel_error=head.rel_error,
                    error_ratio=max(ratios) if ratios else None, **per_output(pairs))
+
+
+def judge(result: dict, expected: dict, baseline: dict | None, problem,
+          skip: set = frozenset()) -> list:
+    """(name, Comparison) for o, and for lse when the case asks for it (and the adapter
+    did not declare it cannot return it: `skip`, which the row then names): what
+    harness/engine/execute.py judges a case's outputs by.
+
+    o is judged against the tolerance model's bound from the baseline;
+    lse by its own natural-log tolerance (harness/model/tolerance.py).
+    """
+    from harness.model.tolerance import lse_tolerance, output_tolerance
+    names = ["o"]
+    if problem.return_lse and "lse" in expected and "lse" not in skip:
+        names.append("lse")
+    comparisons = []
+    for name in names:
+        got, exp = result.get(name), expected[name]
+        if got is None:
+            comparisons.append((name, missing(name, exp)))
+            continue
+        if name == "lse":
+            comparisons.append((name, compare(got, exp, lse_tolerance(exp))))
+            continue
+        base = baseline.get(name) if baseline else None
+        tol, base_err = output_tolerance(exp, base, problem.dtype_name, expected.get("lse"),
+                                         problem.head_dim)
+        comparisons.append((name, compare(got, exp, tol, base_err)))
+    return comparisons

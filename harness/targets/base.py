@@ -92,6 +92,19 @@ class Target:
         """
         raise NotImplementedError
 
+    def skip_reason(self, case: "Case") -> str | None:
+        """Why run() would raise Skip for the case, decided from the case alone (no tensor,
+        no library call), or None. Asked before a case is forked or built, so a skip costs
+        no child and no allocation; run() may still raise Skip for what only it can see."""
+        return None
+
+    def estimate_bytes(self, case: "Case") -> int:
+        """Bytes this adapter allocates for the case beyond the harness's own inputs and
+        reference (a library-owned cache, a workspace it makes), from the case alone; counted
+        in the case's size budget (--max-case-bytes). A pool allocated lazily counts what it
+        will touch, not its virtual size. 0: nothing of its own worth counting."""
+        return 0
+
     def standalone_source(self, case: "Case") -> str | None:
         """Python source defining `def call(inputs: dict) -> dict` for a standalone script.
 

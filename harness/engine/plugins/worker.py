@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.engine import after_call, device_memory, forkserver, isolation
+from harness.engine import after_call, device_memory, forkserver, isolation, precheck
 from harness.engine.perform import execute_repeated, failure_text, row_context
 from harness.engine.row import case_row
 from harness.engine.session import RUN, ROW_KEY, Run, default_profile, get_run
@@ -50,7 +50,8 @@ def _case_row(run: Run, case) -> dict:
         run.context = row_context(target)
     if state.data.get("context") is None:
         state.set_context(run.context)
-    shares = device_memory.shares_for(case.params, device_memory.total_device_bytes())
+    shares = device_memory.shares_for(case.params, device_memory.total_device_bytes(),
+                                      extra=precheck.adapter_bytes(case, target))
     late = None
     timeout = run.timeout_for(case)
     forked = forkserver.forks_each(target, case)   # never for a case skipped before the call
