@@ -263,9 +263,34 @@ def resolve_paths(args) -> None:
 RUNS_CASES = ("check", "repro", "shrink", "bisect", "explore", "check-target")
 
 
+def expand_tables(args) -> str | None:
+    """`report --results 'shard-*.jsonl'`: each table option's glob patterns expanded (the
+    shell leaves a quoted one alone), sorted; one line when a pattern matches no file."""
+    import glob
+    for opt in TABLE_OPTIONS.get(args.command, ()):
+        given = getattr(args, opt, None)
+        if not given:
+            continue
+        paths = []
+        for path in given:
+            if glob.has_magic(path) and not os.path.exists(path):
+                found = sorted(glob.glob(path))
+                if not found:
+                    return f"--{opt} {path!r}: no file matches"
+                paths += found
+            else:
+                paths.append(path)
+        setattr(args, opt, paths)
+    return None
+
+
 def _dispatch(args) -> int:
     if getattr(args, "_missing", None):
         print(f"{args.command}: {args._missing}", file=sys.stderr)
+        return EXIT_USAGE
+    unmatched = expand_tables(args)
+    if unmatched:
+        print(f"{args.command}: {unmatched}", file=sys.stderr)
         return EXIT_USAGE
     if args.command in RUNS_CASES:
         from harness.tools.environment import environment_error

@@ -44,13 +44,25 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(option: str, paths) -> pd.DataFrame:
-    """The tables an option names; a missing or corrupt file is a usage error naming both."""
+    """The tables an option names; a missing or corrupt file is a usage error naming both,
+    and so are the shards of a run with one missing or two that overlap."""
     try:
+        shards_of(paths)
         return load_results(paths)
     except (OSError, ValueError) as why:
         # Exit 2, not 1: compare's 1 means "a regression", report's "a failing row".
         print(f"{option}: {why}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def shards_of(paths) -> str | None:
+    """ShardError when the tables are shards of a run that leave a gap or overlap (a case in
+    two of them); a note when they are a whole sharded run; None when none is a shard."""
+    if len(paths) < 2:
+        return None   # one table, sharded or not, is read as it is (a partial table)
+    from harness.model.shard import check_merge
+    from harness.results.table import read_rows
+    return check_merge({str(p): read_rows(p, torn_note=lambda _: None) for p in paths})
 
 
 def default_out(paths) -> Path:

@@ -20,6 +20,7 @@ def row_context(target) -> dict:
         "target_version": _safe(target.version),
         "library_commit": _safe(lambda: identity.library_commit(target)[0]),
         "harness_commit": _safe(identity.harness_commit),
+        "shard": os.environ.get("HARNESS_SHARD", ""),   # harness/model/shard.py SHARD_ENV
         "build_hash": _safe(target.build_id),
         "disable_guards": os.environ.get("KERNELS_DISABLE_GUARDS", ""),
     }

@@ -40,8 +40,9 @@ def default_profile() -> str:
 
 
 def select_cases(target_name: str, families=None, routes=None, case_id=None,
-                 cases_file=None, profile: str | None = None) -> list:
-    """The cases a run covers, in generation order (deterministic everywhere)."""
+                 cases_file=None, profile: str | None = None, shard: str | None = None) -> list:
+    """The cases a run covers, in generation order (deterministic everywhere); with `shard`
+    (I/N), this machine's share of them (harness/model/shard.py)."""
     from harness.targets import load_target
 
     if cases_file:
@@ -63,6 +64,9 @@ def select_cases(target_name: str, families=None, routes=None, case_id=None,
         cases = [c for c in cases if c.route in routes]
     if case_id:
         cases = [c for c in cases if case_id in c.id]
+    if shard:
+        from harness.model import shard as shards
+        cases = shards.select(cases, shard)
     return cases
 
 
@@ -75,6 +79,14 @@ def all_cases(target) -> list:
         for case in target.cases(None, profile):
             seen.setdefault(case.id, case)
     return list(seen.values())
+
+
+def run_shard() -> str | None:
+    """The run's shard (I/N), which `harness check --shard` hands its pytest child and the
+    workers through the environment (harness/model/shard.py SHARD_ENV); None for all."""
+    import os
+    from harness.model.shard import SHARD_ENV
+    return os.environ.get(SHARD_ENV) or None
 
 
 def case_id_of(nodeid: str) -> str:
@@ -114,7 +126,8 @@ class Run:
         if self._cases is None:
             self._cases = select_cases(self.opt("target"), csv_list(self.opt("family")),
                                        csv_list(self.opt("route")), self.opt("case_id"),
-                                       self.opt("cases_file"), self.opt("profile"))
+                                       self.opt("cases_file"), self.opt("profile"),
+                                       run_shard())
         return self._cases
 
     def cases_by_id(self) -> dict:

@@ -45,6 +45,8 @@ COLUMNS = (
     *PER_OUTPUT_COLUMNS,
     # the harness's own commit (the table's name carries the library's: engine/identity.py)
     "harness_commit",
+    # "I/N" for a row of shard I of a run split N ways (`check --shard`), else empty
+    "shard",
 )
 ISOLATION = ("", "culprit", "victim", "alone")
 # Columns a table may carry besides COLUMNS: a shrunk case's file, a rerun's flakiness and
@@ -74,7 +76,7 @@ def _digest_of(path) -> str:
 
 
 def selection_slug(family=None, route=None, case_id=None, cases_file=None,
-                   profile=None) -> str:
+                   profile=None, shard=None) -> str:
     """'' for a full run; else a short, file-name-safe name of what the run selected.
 
     A partial run writes its own table, so it never replaces the full table
@@ -84,7 +86,8 @@ def selection_slug(family=None, route=None, case_id=None, cases_file=None,
     """
     parts = [f"{k}={v}" for k, v in (("family", family), ("route", route), ("case", case_id),
                                      ("cases", _digest_of(cases_file) if cases_file else None),
-                                     ("profile", profile))
+                                     ("profile", profile),
+                                     ("shard", str(shard).replace("/", "of") if shard else None))
              if v]
     if not parts:
         return ""
@@ -396,7 +399,7 @@ _FLOATS = ("max_abs_diff", "duration_s", "tolerance", "baseline_error", "rel_err
 SCHEMA: dict[str, tuple] = {
     **{c: (_is_str, "a string or null") for c in (
         "run_id", "timestamp", "platform", "target_version", "library_commit", "build_hash",
-        "harness_commit",
+        "harness_commit", "shard",
         "route", "family", "expect", "message", "error_type", "stage", "severity", "worker",
         "profile", "case_json", "ledger")},
     "arch": (_is_safe, f"a name matching {SAFE_NAME.pattern}, or null"),

@@ -394,7 +394,7 @@ def selection_of(args) -> str:
     """What a partial run selected, as its table's name says it ("" for a full run)."""
     from harness.results import table
     return table.selection_slug(args.family, args.route, args.case_id, args.cases_file,
-                                args.profile)
+                                args.profile, getattr(args, "shard", None))
 
 
 def library_name(args, report: dict | None = None) -> tuple[str, str | None]:
@@ -471,6 +471,10 @@ def _cmd_check(args, held: list) -> int:
     from harness.engine.held_start import HeldChild
     from harness.engine.plugin import PARENT_PID_ENV
     env = dict(child_env(), **{fast_exit.ENV: "1", PARENT_PID_ENV: str(os.getpid())})
+    from harness.model.shard import SHARD_ENV
+    env.pop(SHARD_ENV, None)   # the shard is --shard's alone, never one left in the environment
+    if getattr(args, "shard", None):
+        env[SHARD_ENV] = args.shard
     child = HeldChild(pytest_command(args), ROOT, env, quiet=not args.pytest_args)
     lock = None
     try:

@@ -43,9 +43,21 @@ def add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--case-id", default=None, help="only ids containing this substring")
     p.add_argument("--cases-file", default=None, type=absolute_path,
                    help="a JSON list of cases instead of families")
+    p.add_argument("--shard", default=None, type=shard_spec, metavar="I/N",
+                   help="this machine's share of the selection: shard I of N, balanced by "
+                        "estimated cost, the same on every machine (docs/ci.md)")
     p.add_argument("--profile", default=None, choices=("ci", "full"),
                    help="how many cases: ci (minutes on 2 cores) or full (thousands, for a GPU) "
                         "[full with a GPU, else ci]")
+
+
+def shard_spec(text: str) -> str:
+    """argparse type for --shard: I/N, kept as its label."""
+    from harness.model.shard import ShardError, parse
+    try:
+        return parse(text).label
+    except ShardError as e:
+        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
 
 
 def positive_seconds(text: str) -> float:
@@ -89,4 +101,5 @@ def count(minimum: int):
 def select(args):
     from harness.engine.session import csv_list, select_cases
     return select_cases(args.target, csv_list(args.family), csv_list(args.route), args.case_id,
-                        args.cases_file, getattr(args, "profile", None))
+                        args.cases_file, getattr(args, "profile", None),
+                        getattr(args, "shard", None))

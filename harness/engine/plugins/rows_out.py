@@ -134,7 +134,7 @@ def crash_row(run: Run, report) -> None:
 
 def any_context(run: Run) -> dict:
     keys = ("arch", "platform", "target", "target_version", "library_commit", "build_hash",
-            "disable_guards")
+            "disable_guards", "harness_commit", "shard")
     for worker_file in Path(run.state_dir).glob("*.json"):
         try:
             ctx = json.loads(worker_file.read_text()).get("context")
