@@ -7,7 +7,12 @@ contracts switch on, so removing any of these cases fails here.
                            workspace-fitting split (plan() doubles the chunk to fit), head_dim_vo
                            != head_dim_qk, on every route that takes the size
   offsets past 2^31        on every paged route in ci, in lazily allocated pools that the input
-                           watch keeps off resident memory
+                           watch keeps off resident memory; on ragged prefill and the single
+                           routes through k or v rows a token stride apart (far_rows)
+  round three              a k/v pair's page size and cache dtype on k alone and v alone, pages
+                           of 3, 12 and 24, workspaces one byte short of the need and exactly
+                           it, empty merge states holding values, and the features x split
+                           paths covering rule (every expressible pair meets two dtypes)
 """
 from __future__ import annotations
 
@@ -292,3 +297,171 @@ def test_a_pool_past_2_31_stays_lazy_under_the_input_watch():
     paged.v_pages[paged.k_pages.shape[0] // 3, 0, 0, 0] = 1.0        # a page no one owns
     paged.k_pages[paged.indices[0], 0, 0, 0] += 1.0                  # a request's page
     assert b.check() == ["input k_cache changed", "input v_cache changed"]
+
+
+# ---------------------------------------------------------------- round three: crossings and boundaries
+
+def test_pair_fields_move_k_alone_and_v_alone_on_every_route(ci):
+    from cases.pair_fields import TORCH_NAME
+    by_route = _by(ci, "pair_fields")
+    for op, fields in (("paged_prefill", ("dtype", "page_size")), ("batch_decode",
+                       ("dtype", "page_size")), ("ragged_prefill", ("dtype",))):
+        for route in ROUTES_OF[op]:
+            for field in fields:
+                for side in ("k", "v"):
+                    mine = [c for c in by_route[route] if c.params["mismatch"]["field"] == field
+                            and c.params["mismatch"]["only"] == side]
+                    assert len({c.params["dtype"] for c in mine}) >= 2, (route, field, side)
+                    assert len({c.params["head_dim"] for c in mine}) >= 2, (route, field, side)
+                    for c in mine:
+                        given = c.params["mismatch"]["value"]
+                        planned = c.params["page_size"] if field == "page_size" else \
+                            c.params["dtype"]
+                        assert given != planned and c.expect == "refuse", c.id
+                        if field == "dtype":
+                            # Never narrower than planned: a run that reads it as planned
+                            # stays inside it.
+                            width = {"fp16": 2, "bf16": 2, "fp32": 4}
+                            assert width[given] >= width[planned], c.id
+                            assert c.refuse_words == ("dtype", TORCH_NAME[planned],
+                                                      TORCH_NAME[given])
+                        else:
+                            assert planned % given == 0, c.id     # the same pool, re-viewed
+
+
+def _pow2(n):
+    return n & (n - 1) == 0
+
+
+def test_pages_that_are_not_powers_of_two_on_every_paged_route(ci):
+    for op in ("paged_prefill", "batch_decode", "mixed_batch"):
+        for route in ROUTES_OF[op]:
+            odd = [c for c in ci if c.route == route and c.expect == "match"
+                   and not _pow2(c.params.get("page_size", 16))]
+            assert {c.params["page_size"] for c in odd} >= {3, 12, 24}, route
+            # Requests over several pages, their last one partial.
+            assert any(max(c.params["kv_lens"]) > 2 * c.params["page_size"]
+                       and any(k % c.params["page_size"] for k in c.params["kv_lens"])
+                       for c in odd), route
+
+
+def test_workspaces_at_the_byte_boundary_on_every_split_route(ci):
+    for op in ("paged_prefill", "ragged_prefill", "batch_decode"):
+        for route in ROUTES_OF[op]:
+            seen = set()
+            for c in ci:
+                if c.route != route or not c.variant.startswith("ws_edge_"):
+                    continue
+                p = normalize(c.params)
+                chunk = c.params.get("max_kv_chunk") or DEFAULT_CHUNK
+                need = plan_bytes(p["qo_lens"], p["kv_lens"], p["num_qo_heads"],
+                                  p["head_dim_vo"], chunk)
+                assert need > 0, c.id
+                edge = {need: "exact", need - 1: "short"}[c.params["workspace_bytes"]]
+                seen.add((edge, bool(c.params.get("max_kv_chunk")), p["dtype"]))
+            for edge in ("exact", "short"):
+                for caller in (False, True):
+                    assert len({d for e, k, d in seen if (e, k) == (edge, caller)}) >= 2, \
+                        (route, edge, caller)
+
+
+def test_empty_states_that_hold_values_in_both_merges(ci):
+    held = [c for c in ci if c.params.get("empty_state_values")]
+    for merge in ("out_of_place", "in_place"):
+        mine = [c for c in held if c.params["merge"] == merge]
+        for side in ("a", "b"):
+            # That state empty beside the other over all of a request's kv ...
+            assert any(c.params["merge_empty"] == side and any(c.params["kv_lens"])
+                       for c in mine), (merge, side)
+        # ... and both empty (a kv_len 0 request), in every dtype.
+        assert {c.params["dtype"] for c in mine if 0 in c.params["kv_lens"]} == \
+            {"fp16", "bf16", "fp32"}, merge
+
+
+def test_token_offsets_past_2_31_on_the_ragged_and_single_routes(ci):
+    from harness.targets.layout import FAR_ROWS_PAST
+    for op in ("ragged_prefill", "single_prefill", "single_decode"):
+        for route in ROUTES_OF[op]:
+            far = [c for c in ci if c.route == route and
+                   str(c.params.get("strided", "")).endswith("_far")]
+            assert {c.params["strided"] for c in far} == {"k_far", "v_far"}, route
+            assert len({c.params["dtype"] for c in far}) == 2, route
+            assert all(sum(c.params["kv_lens"]) > FAR_ROWS_PAST for c in far), route
+
+
+def test_far_rows_sit_past_2_31_in_a_lazy_buffer():
+    from harness.targets.layout import FAR_ROWS_PAST, far_rows
+    t = torch.randn(9, 2, 8).to(torch.float16)
+    before = _rss_bytes()
+    v = far_rows(t)
+    assert torch.equal(v, t) and v.stride()[1:] == (8, 1)
+    assert (9 - FAR_ROWS_PAST) * v.stride(0) >= 2 ** 31 > (8 - FAR_ROWS_PAST) * v.stride(0)
+    assert _rss_bytes() - before < (64 << 20)
+    base = v.as_strided((v.stride(0) * 8 + 16,), (1,), 0)
+    assert torch.isnan(base[16:32].float()).all()      # where a stride-ignoring read lands
+
+
+# The factor levels a covering row's params show, read back from the params themselves.
+def _cover_levels(c) -> dict:
+    from cases.features import FEATURE_PARAMS
+    p = normalize(c.params)
+    feature = next(f for f, kw in FEATURE_PARAMS.items()
+                   if all(c.params.get(k) == v for k, v in kw.items())
+                   and set(requires(c.params)) - {"custom_mask"} == set(requires(kw)))
+    split = ("graph" if c.params.get("use_cuda_graph") else "chunk" if
+             c.params.get("max_kv_chunk") else "fitted" if c.params.get("workspace_bytes")
+             else "none")
+    dims = ("eq" if p["head_dim_vo"] == p["head_dim"] else
+            "vo_lt_qk" if p["head_dim_vo"] < p["head_dim"] else "vo_gt_qk")
+    return {"feature": feature, "split": split, "dims": dims,
+            "window": "on" if p["window_left"] >= 0 else "off",
+            "mask": "custom" if c.params.get("custom_mask") else "none",
+            "rows": "tiles" if max(p["qo_lens"]) > 2 * TILE_ROWS else "one_tile"}
+
+
+def requires(params):
+    from cases.features import requires as feature_requires
+    return feature_requires(params)
+
+
+def test_features_cross_every_split_path_by_the_covering_rule(ci):
+    """Every pair of levels an op's route can express meets two dtypes, read from the cases'
+    params; and the split paths, head-dim relations and tiles really are what the levels say."""
+    import itertools
+    from cases.features import COVER_OPS, _levels
+    for op in COVER_OPS:
+        levels = {f: v for f, v in _levels(op).items() if f != "dtype"}
+        for route in ROUTES_OF[op]:
+            rows = [c for c in ci if c.route == route and c.variant.startswith("cover.")]
+            met = defaultdict(set)
+            for c in rows:
+                lv = _cover_levels(c)
+                for a, b in itertools.combinations(sorted(lv), 2):
+                    met[(a, lv[a], b, lv[b])].add(c.params["dtype"])
+                if lv["split"] == "fitted":
+                    p = normalize(c.params)
+                    assert plan_bytes(p["qo_lens"], p["kv_lens"], p["num_qo_heads"],
+                                      p["head_dim_vo"], DEFAULT_CHUNK) > \
+                        c.params["workspace_bytes"], c.id
+                if lv["split"] == "chunk":
+                    assert max(c.params["kv_lens"]) > 2 * c.params["max_kv_chunk"], c.id
+            for a, b in itertools.combinations(sorted(levels), 2):
+                for la in levels[a]:
+                    for lb in levels[b]:
+                        assert len(met[(a, la, b, lb)]) >= 2, (route, a, la, b, lb)
+
+
+def test_a_new_feature_level_is_crossed_with_every_split_path(monkeypatch):
+    from cases import features
+    monkeypatch.setitem(features.COVER_FACTORS, "feature",
+                        features.COVER_FACTORS["feature"] + ("new_feature",))
+    features.covering_rows.cache_clear()
+    try:
+        rows = features.covering_rows("paged_prefill")
+        for split in features.COVER_FACTORS["split"]:
+            for dims in features.COVER_FACTORS["dims"]:
+                assert any(r["feature"] == "new_feature" and r["split"] == split for r in rows)
+                assert any(r["feature"] == "new_feature" and r["dims"] == dims for r in rows)
+    finally:
+        monkeypatch.undo()
+        features.covering_rows.cache_clear()
