@@ -62,7 +62,7 @@ def class_view(index: int, cls: FailureClass, repros=None, html_path=None) -> di
         "message": cls.message, "example_message": cls.example_message,
         "routes": cls.routes, "targets": cls.targets, "n_rows": cls.n_rows,
         "stage": cls.stage, "differs": cls.differs, "variants": cls.variants,
-        "tensors": cls.tensors, "slug": cls.slug,
+        "tensors": cls.tensors, "call_forms": cls.call_forms, "slug": cls.slug,
         "script": repro_link(cls, repros, html_path),
         "example": cls.example, "repro": repro_command(first), "signal": crash_signal(first),
         "max_abs_diff": _worst_diff(cls), "ratio": _worst_ratio(cls),

@@ -135,6 +135,8 @@ def _where(cls) -> str:
     parts = []
     if len(cls.variants) > 1:
         parts.append(f"{len(cls.variants)} variants")
+    if len(cls.call_forms) > 1:
+        parts.append("call forms: " + ", ".join(cls.call_forms))
     if cls.tensors:
         shown = ", ".join(cls.tensors[:6]) + (f", … (+{len(cls.tensors) - 6})"
                                              if len(cls.tensors) > 6 else "")

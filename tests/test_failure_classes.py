@@ -117,7 +117,7 @@ def test_verdict_counts_classes_by_severity():
                                     "rows (of 2)")
 
 
-def test_console_text_prints_each_class_once_and_each_message_once():
+def test_console_text_prints_each_class_once_with_its_own_message():
     msg = "o max|diff| {} > tol 0.05, 3/64 wrong, first at o(0, 0, 1)"
     df = pd.DataFrame(
         [row(r, "out_stride2", message=msg.format(1.5)) for r in
@@ -136,8 +136,15 @@ def test_console_text_prints_each_class_once_and_each_message_once():
     assert "4 routes: fa2.paged_prefill, fa2.ragged_prefill, fa2.single_decode, … (+1) (5 rows)" \
         "; 2 variants; tensors: out, q" in body[1]
     assert body[1].split()[1] == "wrong(o)"
-    assert text.count("wrong, first at") == 1
-    assert body[2].endswith("— same message as strided.<tensor>_stride<n>")
+    # Each line prints its own class's message: these two differ (1.5 vs 9.0).
+    assert body[1].endswith("— o max|diff| 1.5 > tol 0.05, 3/64 wrong, first at o(0, 0, 1)")
+    assert body[2].endswith("— o max|diff| 9.0 > tol 0.05, 3/64 wrong, first at o(0, 0, 1)")
+    # Only a message printed word for word already says so.
+    same = pd.DataFrame([row("fa2.single_prefill", "out_stride2", message=msg.format(9.0)),
+                         row("fa2.single_prefill", "q_heads", outcome="corrupt",
+                             message=msg.format(9.0))])
+    lines = classes_text(failure_classes(same)).splitlines()
+    assert lines[2].endswith("— same message as strided.q_heads"), lines   # corrupt first
     assert "crash" in body[0] and "SIGFPE" in body[0]
     assert classes_text([]) == ""
     assert console_summary(df[df["route"] == "nothing"]) == "PASS: 0 rows, 0 failing"
@@ -182,7 +189,7 @@ def test_window_variants_differing_only_in_numbers_are_one_class():
     assert variant_shape("fp8_e4m3_window_hnd") == variant_shape("fp8_e5m2_window_hnd")
 
 
-def test_o_only_and_lse_only_wrong_are_two_classes():
+def test_o_wrong_with_or_without_lse_is_one_class_lse_alone_another():
     o_wrong = dict(o_max_abs_diff=1.5, o_tolerance=0.05, o_error_ratio=30.0,
                    lse_max_abs_diff=0.001, lse_tolerance=0.01, lse_error_ratio=0.1)
     lse_wrong = dict(o_max_abs_diff=0.01, o_tolerance=0.05, o_error_ratio=0.2,
@@ -199,8 +206,10 @@ def test_o_only_and_lse_only_wrong_are_two_classes():
             **both),
     ])
     classes = failure_classes(df)
-    assert sorted((c.differs, c.n_rows) for c in classes) == [("lse", 2), ("o", 1), ("o+lse", 1)]
-    assert len({c.key for c in classes}) == len({c.slug for c in classes}) == 3
+    # o's defect seen with the LSE wrong too (q_stride2) and without (out_stride2): one class
+    # that says both outputs differ somewhere; an LSE alone wrong is another defect.
+    assert sorted((c.differs, c.n_rows) for c in classes) == [("lse", 2), ("o+lse", 2)]
+    assert len({c.key for c in classes}) == len({c.slug for c in classes}) == 2
 
 
 def test_what_differs_in_a_table_from_before_the_per_output_columns():
@@ -276,3 +285,87 @@ def test_a_possessive_s_is_not_a_tensor_named_s():
     text = "the adapter never read params['k_scale'] = 0.5: every perturbation is the adapter's"
     assert "<tensor>" not in message_shape(text)
     assert message_shape("s is wrong at s(0)").count("<tensor>") == 2
+
+
+def _feature_row(route, variant, form, message, expect="match", outcome="wrong", **numbers):
+    """A row of a features case in one call form (the tag says which, as cases do)."""
+    import json
+    lse = form.endswith("+lse")
+    params = {"return_lse": lse, **({"out_form": "library"} if form.startswith("lib") else {})}
+    tag = "bf16-d128-h4x4" + {"out+lse": "", "out": "-nolse", "lib+lse": "-lib",
+                              "lib": "-lib-nolse"}[form]
+    return {**row(route, variant, outcome=outcome, family="features", tag=tag,
+                  message=message), "expect": expect, "params": json.dumps(params), **numbers}
+
+
+def test_one_planted_defect_across_variants_and_call_forms_is_one_class():
+    # A soft cap applied wrong: seen in every softcap scenario, through four routes, with and
+    # without the LSE, with the caller's out= and the library's; one defect, one class.
+    o_and_lse = dict(o_max_abs_diff=0.8, o_tolerance=0.01, lse_max_abs_diff=0.5,
+                     lse_tolerance=0.01)
+    o_only = dict(o_max_abs_diff=0.8, o_tolerance=0.01)
+    rows = []
+    for variant in ("softcap.cap2_basic0", "softcap.cap50_large_logits", "softcap.cap2_window",
+                    "softcap.cap30_large_logits_fp32"):
+        for route in ("fa2.single_prefill", "fa2.paged_prefill", "fa2.batch_decode",
+                      "ll4mi.batch_decode"):
+            for form in ("out+lse", "out", "lib+lse", "lib"):
+                lse = form.endswith("+lse")
+                message = wrong_msg(0.8, 7, 64, (0, 1, 2))
+                if lse and route == "ll4mi.batch_decode":
+                    # this route returns no LSE: only o compared, and the row says so
+                    message += "; lse not compared: ll4mi returns no LSE"
+                    numbers = o_only
+                else:
+                    numbers = o_and_lse if lse else o_only
+                rows.append(_feature_row(route, variant, form, message, **numbers))
+    # Two other defects stay apart: a sinks bug with the same message, and two missing checks.
+    rows.append(_feature_row("fa2.single_prefill", "sinks.basic0", "out",
+                             wrong_msg(0.8, 7, 64, (0, 1, 2)), **o_only))
+    for variant in ("refuse.sinks_too_long", "refuse.alibi_per_kv_head"):
+        rows.append(_feature_row("fa2.single_prefill", variant, "out",
+                                 "ran without error; the case must be refused "
+                                 "(values match the reference)", expect="refuse",
+                                 outcome="silent"))
+    classes = failure_classes(pd.DataFrame(rows))
+    labels = sorted(c.label for c in classes)
+    assert labels == ["features.refuse.alibi_per_kv_head", "features.refuse.sinks_too_long",
+                      "features.sinks.basic0", "features.softcap.*"], labels
+    (softcap,) = [c for c in classes if c.label == "features.softcap.*"]
+    assert softcap.n_rows == 64 and len(softcap.variants) == 4 and len(softcap.routes) == 4
+    assert softcap.call_forms == ["out+lse", "out", "lib+lse", "lib"]
+    assert softcap.differs == "o+lse"
+    text = classes_text(classes)
+    assert "call forms: out+lse, out, lib+lse, lib" in text and "4 variants" in text
+
+
+def test_a_row_whose_lse_was_not_compared_joins_its_output_only_class():
+    msg = wrong_msg(0.8, 7, 64, (0, 1, 2))
+    df = pd.DataFrame([
+        row("fa2.single_prefill", "out_stride2", message=msg, o_max_abs_diff=0.8,
+            o_tolerance=0.01),
+        row("aiter.batch_decode", "out_stride2",
+            message=msg + "; lse not compared: aiter returns no LSE", o_max_abs_diff=0.8,
+            o_tolerance=0.01)])
+    (cls,) = failure_classes(df)
+    assert cls.n_rows == 2 and cls.routes == ["aiter.batch_decode", "fa2.single_prefill"]
+
+
+def test_a_canary_of_the_lse_beside_os_is_the_same_corruption_a_harness_error_one_bug():
+    df = pd.DataFrame([
+        row("fa2.paged_prefill", "q_rows_fewer", outcome="corrupt", family="misplanned",
+            message="canary after out: 1024 elements changed, first at +0"),
+        row("fa2.ragged_prefill", "q_rows_fewer", outcome="corrupt", family="misplanned",
+            message="canary after out: 512 elements changed, first at +0; canary after lse: "
+                    "8 elements changed, first at +0"),
+        row("fa2.paged_prefill", "q_rows_fewer", outcome="corrupt", family="misplanned",
+            tag="other", message="input q changed"),
+        *[row("aiter.batch_decode", v, outcome="harness_error", family="misplanned",
+              severity="harness", message="harness error in the case: AttributeError: 'X' "
+                                          "object has no attribute 'y'")
+          for v in ("rank", "page_size", "num_qo_heads")]])
+    classes = failure_classes(df)
+    assert sorted((c.outcome, c.n_rows) for c in classes) == [
+        ("corrupt", 1), ("corrupt", 2), ("harness_error", 3)]
+    (harness,) = [c for c in classes if c.outcome == "harness_error"]
+    assert harness.label == "misplanned.*" and len(harness.variants) == 3

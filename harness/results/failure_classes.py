@@ -4,21 +4,29 @@ A class is keyed by the defect's signature, which no route, tensor or number ent
 
 - outcome and severity;
 - stage: where the row failed (the `stage` column: build inputs, plan, run, compare, ...);
-- what differs: which outputs are wrong (`o`, `lse` or `o+lse`), from the per-output
-  columns (o_max_abs_diff / o_tolerance, lse_...), or in a table from before them from
-  first_bad_index and the message; empty for an outcome that compared no values, and for
-  `silent` (its cause is the refusal that did not happen, whatever the values were);
+- what differs: whether o is wrong (with or without the LSE: one defect of o seen through
+  the call forms that ask for the LSE and those that do not) or the LSE alone, from the
+  per-output columns (o_max_abs_diff / o_tolerance, lse_...), or in a table from before them
+  from first_bad_index and the message; empty for an outcome that compared no values, and
+  for `silent` (its cause is the refusal that did not happen, whatever the values were);
 - the family (`strided`, `gqa`, ...);
-- the variant's shape: the part of the case id after `<family>.` and before the next `/`,
-  its tensor names (TENSORS) and numbers replaced by placeholders, so `strided.q_stride2`,
-  `strided.k_cache_stride2` and `strided.out_stride2` are all `strided.<tensor>_stride<n>`;
+- the cause the variant names (cause_variant): the part of the case id after `<family>.`
+  and before the next `/`, its tensor names (TENSORS) and numbers replaced by placeholders,
+  so `strided.q_stride2`, `strided.k_cache_stride2` and `strided.out_stride2` are all
+  `strided.<tensor>_stride<n>`; a feature's scenarios are one cause (`softcap.cap2_basic0`
+  and `softcap.cap50_large_logits` are `softcap.*`), except in a must-refuse case, whose
+  variant is the check it is about;
 - the message's shape: numbers, hex addresses, tensor shapes, quoted values, tensor names
-  and the row's own route replaced by placeholders.
+  and the row's own route replaced by placeholders, and the harness's "lse not compared"
+  note left out (a row that could not compare an output joins the class of the rows that
+  compared only the other).
 
-So the same wrong kernel seen through nine routes, three dtypes and twenty tensors is one
-class with nine routes, and each class lists where it appears: its routes, variants and
-tensors. Two defects stay two classes: o wrong vs lse wrong, SIGSEGV vs SIGFPE (the signal
-is a word of the message), a crash in plan vs in run, two families.
+So the same wrong kernel seen through nine routes, three dtypes, twenty tensors, every
+scenario of a feature and every call form (out= given or returned, the LSE asked for or
+not) is one class, and each class lists where it appears: its routes, variants, call forms
+and tensors. Two defects stay two classes: o wrong vs the LSE alone wrong, SIGSEGV vs SIGFPE
+(the signal is a word of the message), a crash in plan vs in run, two families, two
+features, two missing checks.
 
 Pure pandas: the console summary and the reports both read it.
 """
@@ -123,6 +131,74 @@ def variant_shape(variant: str) -> str:
     return _VARIANT_NUMBER.sub("<n>", _VARIANT_TENSOR.sub(TENSOR, str(variant)))
 
 
+def _named_by_family(case_id: str, family: str) -> bool:
+    """Whether the case id's variant part starts with its family (`features.softcap...`):
+    only then is a dot inside the variant the family's own sub-division."""
+    parts = str(case_id).split("/")
+    middle = parts[1] if len(parts) > 1 else parts[0]
+    return bool(family) and middle.startswith(f"{family}.")
+
+
+def cause_variant(variant: str, expect: str = "", scenarios: bool = True) -> str:
+    """The part of a variant that names the cause: `softcap.*` for `softcap.cap2_basic0`
+    (a feature's scenarios are where one defect of the feature shows), the variant's shape
+    otherwise (`<tensor>_stride<n>`). A must-refuse case's variant is the check it is about
+    (`refuse.sinks_too_long`, `refuse.alibi_per_kv_head`: two missing checks), so it stays
+    whole."""
+    shape = variant_shape(variant)
+    if scenarios and expect != "refuse" and "." in shape:
+        return shape.split(".", 1)[0] + ".*"
+    return shape
+
+
+# The harness's note that an output the case asks for was not returned, so not compared:
+# it says what the row could not judge, not what failed (the same row without it is the class).
+_NOT_COMPARED = re.compile(r";?\s*\b\w+ not compared: [^;]*")
+
+
+def message_key(message, route: str = "", case_id: str = "", silent: bool = False) -> str:
+    """The message as a class key holds it (message_shape): a silent row's values and the
+    "not compared" notes left out."""
+    text = _text(message)
+    if silent:
+        text = _SILENT_VALUES.sub(r"\1", text)
+    text = _NOT_COMPARED.sub("", text)
+    # A message that says the same of several tensors (`canary after out: ...; canary after
+    # lse: ...`) has the shape of one such clause: the LSE's canary beside o's is the call
+    # form that hands an lse, not another defect.
+    clauses = message_shape(text, route, case_id).split("; ")
+    return "; ".join(dict.fromkeys(clauses))
+
+
+def differs_key(differs: str) -> str:
+    """A class's key for which outputs differ: o's defect is one class whether the LSE was
+    also asked for (o+lse) or not (o); an LSE alone wrong is another."""
+    return "o" if "o" in str(differs).split("+") else str(differs)
+
+
+_FORMS = ("out+lse", "out", "lib+lse", "lib")
+
+
+def _form_rank(form: str) -> int:
+    return _FORMS.index(form) if form in _FORMS else len(_FORMS)
+
+
+def call_form(row) -> str:
+    """`out+lse`, `out`, `lib+lse` or `lib`: whether the caller handed out= (else the
+    library allocated it) and asked for the LSE (params out_form and return_lse); ''
+    when the row's params do not say."""
+    params = row.get("params")
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except ValueError:
+            return ""
+    if not isinstance(params, dict) or "return_lse" not in params:
+        return ""
+    base = "lib" if params.get("out_form") == "library" else "out"
+    return base + ("+lse" if params.get("return_lse") else "")
+
+
 def tensors_of(variant: str, message="") -> list[str]:
     """The tensor names a row names: in its variant, and in its message other than the
     compared outputs' own (`o max|diff| ...` says what differs, not which tensor)."""
@@ -156,7 +232,9 @@ def cause_labels(row) -> set[str]:
     names one: `family.variant` and `family.<variant's shape>`."""
     family = _text(row.get("family"))
     variant = variant_of(_text(row.get("case_id")), family)
-    names = {variant, variant_shape(variant)}
+    names = {variant, variant_shape(variant),
+             cause_variant(variant, _text(row.get("expect")),
+                           _named_by_family(row.get("case_id"), family))}
     return {f"{family}.{n}" if family else n for n in names}
 
 
@@ -210,6 +288,7 @@ class FailureClass:
     differs: str = ""                 # which outputs are wrong: o, lse, o+lse or ''
     variants: list[str] = field(default_factory=list)   # the variants it appears in
     tensors: list[str] = field(default_factory=list)    # the tensors its rows name
+    call_forms: list[str] = field(default_factory=list)  # out+lse, out, lib+lse, lib
 
     @property
     def label(self) -> str:
@@ -221,9 +300,9 @@ class FailureClass:
     @property
     def key(self) -> tuple:
         """What makes two failing rows one class (failure_classes groups by it): the defect's
-        signature, with no route, tensor or number in it."""
-        return (self.outcome, self.severity, self.stage, self.differs, self.family,
-                self.variant, self.message)
+        signature, with no route, tensor, number or call form in it."""
+        return (self.outcome, self.severity, self.stage, differs_key(self.differs),
+                self.family, self.variant, self.message)
 
     @property
     def slug(self) -> str:
@@ -290,28 +369,39 @@ def failure_classes(df: pd.DataFrame) -> list[FailureClass]:
     for col in ("family", "outcome", "severity", "message", "route", "target", "stage"):
         values = failing[col] if col in failing.columns else pd.Series("", index=failing.index)
         failing[col] = [_text(v) for v in values]
+    records = failing.to_dict("records")
     failing["_variant"] = [variant_of(c, f) for c, f in zip(failing["case_id"], failing["family"])]
-    failing["_shape"] = [variant_shape(v) for v in failing["_variant"]]
+    # A harness error is our bug: its message is its cause, whatever case it hit.
+    failing["_shape"] = [
+        "*" if o == "harness_error" else
+        cause_variant(v, _text(r.get("expect")), _named_by_family(r.get("case_id"), f))
+        for v, r, o, f in zip(failing["_variant"], records, failing["outcome"], failing["family"])]
     silent = failing["outcome"] == "silent"
-    failing["_message"] = [message_shape(_SILENT_VALUES.sub(r"\1", m) if s else m, r, c)
+    failing["_message"] = [message_key(m, r, c, s)
                            for m, r, c, s in zip(failing["message"], failing["route"],
                                                  failing["case_id"], silent)]
-    failing["_differs"] = ["" if s else differs_of(r)
-                           for r, s in zip(failing.to_dict("records"), silent)]
+    failing["_outputs"] = ["" if s else differs_of(r) for r, s in zip(records, silent)]
+    failing["_differs"] = [differs_key(d) for d in failing["_outputs"]]
+    failing["_form"] = [call_form(r) for r in records]
     key = ["outcome", "severity", "stage", "_differs", "family", "_shape", "_message"]
-    temp = ["_variant", "_shape", "_message", "_differs"]
+    temp = ["_variant", "_shape", "_message", "_differs", "_outputs", "_form"]
     classes = []
-    for (outcome, severity, stage, differs, family, shape, message), part in \
+    for (outcome, severity, stage, _, family, shape, message), part in \
             failing.groupby(key, sort=False):
         part = part.sort_values(["route", "case_id"], kind="stable")
         tensors: dict[str, None] = {}
         for variant, msg in zip(part["_variant"], part["message"]):
             tensors.update(dict.fromkeys(tensors_of(variant, msg)))
+        # Which outputs differ anywhere in the class: o's defect seen with the LSE asked for
+        # (o+lse) and without it (o) is one class whose outputs are o+lse.
+        seen = {name for d in part["_outputs"] for name in d.split("+") if name}
         classes.append(FailureClass(
             family, shape, outcome, severity, message,
             routes=sorted(set(part["route"]) - {""}), targets=sorted(set(part["target"]) - {""}),
-            rows=part.drop(columns=temp), stage=stage, differs=differs,
-            variants=sorted(set(part["_variant"])), tensors=sorted(tensors)))
+            rows=part.drop(columns=temp), stage=stage,
+            differs="+".join(n for n in OUTPUTS if n in seen),
+            variants=sorted(set(part["_variant"])), tensors=sorted(tensors),
+            call_forms=sorted(set(part["_form"]) - {""}, key=_form_rank)))
     classes.sort(key=lambda c: (_rank(GROUPS, c.group), _rank(OUTCOME_ORDER, c.outcome),
                                 -c.n_rows, c.label, c.message))
     return classes
@@ -361,6 +451,8 @@ def where_text(cls: FailureClass) -> str:
     """`; 8 variants; tensors: k, k_cache, … (+6)` for a class seen in several variants or
     naming tensors; '' for a class of one variant that names none."""
     text = f"; {len(cls.variants)} variants" if len(cls.variants) > 1 else ""
+    if len(cls.call_forms) > 1:
+        text += f"; call forms: {', '.join(cls.call_forms)}"
     if cls.tensors:
         text += f"; tensor{'s' if len(cls.tensors) != 1 else ''}: {_some(cls.tensors)}"
     return text
@@ -372,8 +464,8 @@ def classes_text(classes: list[FailureClass], max_classes: int = 60,
 
     `strided.<tensor>_stride<n>  wrong(o)  correctness  9 routes: fa2.single_prefill, …;
     12 variants; tensors: k, k_cache, … (+10)  — o max|diff| inf, …`
-    A class whose normalized message an earlier line already printed says
-    `same message as <that class>` instead of repeating it.
+    Each line prints its own class's example message; only a message that an earlier line
+    printed word for word says `same message as <that class>`.
     """
     if not classes:
         return ""
@@ -387,12 +479,12 @@ def classes_text(classes: list[FailureClass], max_classes: int = 60,
     lines = [f"{len(classes)} failure class{'es' if len(classes) != 1 else ''}, worst first:"]
     for c, cell in zip(shown, cells):
         line = "  " + "  ".join(text.ljust(w) for text, w in zip(cell, widths)) + "  " + cell[3]
-        if c.message in seen:
-            line += f"  — same message as {seen[c.message]}"
-        elif c.example_message:
-            msg = " ".join(c.example_message.split())
+        msg = " ".join(c.example_message.split())
+        if msg in seen:
+            line += f"  — same message as {seen[msg]}"
+        elif msg:
             line += "  — " + (msg if len(msg) <= max_message else msg[:max_message - 1] + "…")
-            seen[c.message] = c.label
+            seen[msg] = c.label
         lines.append(line)
     if len(classes) > max_classes:
         lines.append(f"  … and {len(classes) - max_classes} more classes")
