@@ -60,7 +60,8 @@ def test_fault_code_lives_only_in_the_test_only_sources():
         assert "TF_" not in text and "getenv" not in text, p.name
     assert all(p.parent == build.CSRC for p in build.sources("default"))
     assert {p.relative_to(build.CSRC).as_posix() for p in build.sources("testonly")} - {
-        p.name for p in build.sources("default")} == {"testonly/api.cpp", "testonly/faults.h"}
+        p.name for p in build.sources("default")} == {"testonly/api.cpp", "testonly/faults.h",
+                                                      "testonly/plan_faults.h"}
     assert "testonly/api.cpp" in {p.relative_to(build.CSRC).as_posix() for p in build.compiled("testonly")}
     assert "api.cpp" not in {p.relative_to(build.CSRC).as_posix() for p in build.compiled("testonly")}
 

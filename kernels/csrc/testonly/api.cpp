@@ -51,5 +51,6 @@ const char* kernels_testonly_kernel_faults(void) {
 }
 }
 
-// plan.cpp's hook (testonly/plan_faults.h): whether the scheduler leaves the LSEs out.
-extern "C" int kernels_testonly_ws_without_lse(void) { return tf_host_fault == TF_WS_WITHOUT_LSE; }
+// plan.cpp's hook (testonly/plan_faults.h): whether the scheduler leaves the LSEs out. Hidden:
+// a link inside the library, not part of its C ABI.
+extern "C" __attribute__((visibility("hidden"))) int kernels_testonly_ws_without_lse(void) { return tf_host_fault == TF_WS_WITHOUT_LSE; }

@@ -3,6 +3,6 @@
 #pragma once
 #include <stdint.h>
 
-extern "C" int kernels_testonly_ws_without_lse(void);
+extern "C" __attribute__((visibility("hidden"))) int kernels_testonly_ws_without_lse(void);
 // workspace_without_lse: a partial row sized as its output alone.
 #define HOOK_WS_ROW_FLOATS(dvo) ((int64_t)(dvo) + (kernels_testonly_ws_without_lse() ? 0 : 1))
