@@ -47,7 +47,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.model.routes import DEFAULT_TARGET
-from harness.results.failure_classes import cause_labels, differs_of, signal_of
+from harness.results.cause import cause_labels, differs_of, signal_of
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "cases" / "known_failures.json"
 REQUIRED = ("build", "class", "outcomes", "reason")
