@@ -98,3 +98,24 @@ def test_ci_exits_0_on_reviewed_findings_and_1_on_a_new_one(tmp_path):
     segv[3] = row("vllm.batch_decode/gqa.kv0/bf16-d", "crash", False,
                   "worker died: SIGSEGV during plan")
     assert main([str(_table(tmp_path, segv)), "--ledger", str(path)]) == 1
+
+
+def test_checks_own_reports_render_with_the_ledger(tmp_path, monkeypatch):
+    from harness import cli
+    from harness.tools import check
+    results = _table(tmp_path, rows()[:3])
+    md, html = tmp_path / "run.md", tmp_path / "run.html"
+    called = []
+    monkeypatch.setattr(check.subprocess, "call", lambda cmd, **_: called.append(cmd) or 0)
+    check._render(results, str(html), str(md), str(ledger(tmp_path)))
+    (cmd,) = called
+    assert cmd[cmd.index("--ledger") + 1] == str(tmp_path / "known_failures.json")
+    # Without --ledger the checked-in ledger is the one rendered with, as the exit status is.
+    check._render(results, None, str(md))
+    from harness.results.ledger import DEFAULT_PATH
+    assert called[1][called[1].index("--ledger") + 1] == str(DEFAULT_PATH)
+    # The command it runs writes reports that mark the known rows and count them apart.
+    assert cli.main(cmd[3:]) == 0
+    text = md.read_text()
+    assert "1 pass, 2 known (ledger), 0 fail" in text and REASON in text
+    assert 'data-known="2"' in html.read_text()
