@@ -96,6 +96,56 @@ def applies(op: str, variant: str) -> bool:
     return r.field in APPLIES[op] and (r.ops is None or op in r.ops)
 
 
+def relation_of(op: str, params) -> "relations.Relation":
+    """The relation a mismatch in params breaks (any value, as explore draws them): its
+    field, the direction of its value against the problem, and (for a list) which entry
+    breaks. The contract and refusal words of any such params follow from it."""
+    mm = params["mismatch"]
+    field, value, only = mm["field"], mm["value"], mm.get("only")
+    p = params
+    if field == "query_start_loc":
+        if isinstance(value, list):
+            variant = ("query_start_loc_negative" if value and value[0] < 0
+                       else "query_start_loc_decreasing")
+        else:
+            variant = "query_start_loc_past"
+    elif field in ("num_kv_heads", "kv_rows") and only:
+        variant = {"num_kv_heads": "num_kv_heads", "kv_rows": "kv_rows_fewer"}[field] + "_" + only
+    elif field == "num_qo_heads":
+        variant = "num_qo_heads_more" if value > p["num_qo_heads"] else "num_qo_heads"
+    elif field == "num_kv_heads":
+        variant = "num_kv_heads_more" if value > p["num_kv_heads"] else "num_kv_heads"
+    elif field == "q_rows":
+        variant = "q_rows_padded" if value > _rows(p) else "q_rows_fewer"
+    elif field == "batch_size":
+        variant = "batch_size_fewer" if value < len(p["qo_lens"]) else "batch_size"
+    elif field == "kv_lens":
+        variant = "kv_lens_negative" if value < 0 else "kv_lens_past_table"
+    elif field == "block_table":
+        variant = ("block_table_negative" if value < 0 else "block_table_one_past"
+                   if value == _pool_blocks(p) else "block_table_past_pool")
+    elif field == "last_page_len":
+        variant = "last_page_len_zero" if value <= 0 else "last_page_len_past"
+    elif field in ("max_seqlen_q", "max_seqlen_k"):
+        lens = p["qo_lens"] if field == "max_seqlen_q" else p["kv_lens"]
+        variant = f"{field}_below" if value < max(lens) else f"{field}_above"
+    elif field in ("kv_rows",):
+        variant = "kv_rows_fewer"
+    else:
+        variant = field
+    if variant not in relations.BY_VARIANT:
+        raise ValueError(f"mismatch {mm} on {op}: no relation says what it should do")
+    return relations.BY_VARIANT[variant]
+
+
+def words_of(op: str, r, params) -> tuple:
+    """The words a refusal of relation r on params names (the field, planned, given)."""
+    words = relations.refuse_words(r, params, params["mismatch"]["value"])
+    if words:
+        words = (WORD_BY_OP.get((op, words[0]), words[0]),) + words[1:]
+    return words
+
+
 def _tag(p) -> str:
     bits = [p["dtype"], f"d{p['head_dim']}", f"h{p['num_qo_heads']}x{p['num_kv_heads']}"]
     if "page_size" in p:
@@ -122,9 +172,7 @@ def mismatch_case(route: str, variant: str, params: dict, tag: str) -> Case:
     case gets them rebuilt by the same code."""
     op = op_of(route)
     r = relations.BY_VARIANT[variant]
-    words = relations.refuse_words(r, params, params["mismatch"]["value"])
-    if words:
-        words = (WORD_BY_OP.get((op, words[0]), words[0]),) + words[1:]
+    words = words_of(op, r, params)
     expect = r.expect
     return Case(route=route, family=FAMILY, variant=variant, params=params, expect=expect,
                 refuse_words=words, tag=tag, requires=(f"metadata.{r.field}",))

@@ -105,7 +105,7 @@ def test_contract_of_drawn_mismatches_names_any_dtype_torchs_way():
         == ("match", ())
     assert contract("batch_decode", {**base, "qo_lens": [1, 1], "kv_lens": [4, 5],
                                      "mismatch": {"field": "q_rows", "value": 0}}) \
-        == ("refuse", ("batch_size", "2", "0"))
+        == ("refuse", ("batch_size|rows", "2", "0"))
 
 
 # ---- the search loop, with a fake runner ---------------------------------------------------------
@@ -269,3 +269,52 @@ def test_bad_option_is_one_line_and_exit_2(args, option, capsys, tmp_path):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"explore: {option}"), err
     assert "Traceback" not in err and not out and not list(tmp_path.iterdir())
+
+
+# ---- drawn from the target's signature -----------------------------------------------------
+
+def _signature_fields():
+    from harness.targets.block_table.mismatch import FIELDS as BLOCK_FIELDS
+    from harness.targets.descriptors import bundled, flaggems, flashinfer
+    return {"bundled": set(bundled.CAPABILITIES.metadata),
+            "flaggems": set(flaggems.CAPABILITIES.metadata),
+            "flashinfer": set(flashinfer.CAPABILITIES.metadata),
+            "block_table": set(BLOCK_FIELDS)}
+
+
+@pytest.mark.parametrize("which", ["bundled", "flaggems", "flashinfer", "block_table"])
+def test_misplanned_draws_only_the_signatures_fields(which):
+    """Every drawn mismatch is on a field the target's signature carries, its contract is the
+    relation's, and no signature makes the strategy fail to draw (it did: 'mismatch field
+    batch_size has no values here')."""
+    from hypothesis import HealthCheck, given, settings
+    from cases import misplanned
+    from harness.tools.strategies import cases as drawn_cases
+    fields = _signature_fields()[which]
+    routes = ("x.paged_prefill", "x.ragged_prefill", "x.batch_decode")
+    seen = set()
+
+    @settings(max_examples=60, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(drawn_cases(routes, "misplanned", fields))
+    def check(case):
+        mm = case.params["mismatch"]
+        assert mm["field"] in fields, case.id
+        r = misplanned.relation_of(case.op, case.params)
+        assert case.variant == f"misplanned.{r.variant}"
+        assert case.expect == r.expect
+        seen.add(mm["field"])
+    check()
+    assert len(seen) >= 3, seen
+
+
+def test_explore_options_take_a_block_table_target():
+    import argparse
+    from pathlib import Path
+    adapter = Path(__file__).parent / "user_targets" / "tinyvllm.py"
+    p = argparse.ArgumentParser()
+    explore.add_arguments(p)
+    opts = explore.read_options(p.parse_args(["--target", str(adapter), "--family",
+                                              "misplanned", "--examples", "5"]))
+    assert opts.families == ["misplanned"]
+    assert set(opts.routes) == {"tiny.paged_prefill", "tiny.batch_decode"}

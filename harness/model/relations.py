@@ -101,7 +101,7 @@ RELATIONS = (
     Relation("head_dim_qk", "head_dim_qk", 64, "refuse", "head_dim_qk",
              lambda p: p["head_dim"], "q's head dim is not the one stated"),
     Relation("head_dim_vo", "head_dim_vo", 64, "refuse", "head_dim_vo",
-             lambda p: p["head_dim"], "v's head dim is not the one stated"),
+             lambda p: p.get("head_dim_vo", p["head_dim"]), "v's head dim is not the one stated"),
     Relation("page_size", "page_size", 8, "refuse", "page_size", lambda p: p["page_size"],
              "the cache's pages are not the size stated"),
     Relation("rank", "rank", 2, "refuse", "rank", lambda p: 3,

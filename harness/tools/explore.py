@@ -145,7 +145,8 @@ def read_options(args) -> Options:
         if missing:
             raise ValueError(f"--route: {args.target} has no route {missing}; its routes: {routes}")
         routes = [r for r in routes if r in wanted]
-    families = [f for f in families if routes_for(f, routes)]
+    fields = getattr(target.capabilities, "metadata", None)
+    families = [f for f in families if routes_for(f, routes, fields)]
     if not families:
         raise ValueError(f"--family: none of {csv_list(args.family) or list(FAMILIES)} "
                          f"covers the routes {routes}")
@@ -260,8 +261,10 @@ class Stats:
 
 class Explorer:
     def __init__(self, opts: Options, run: Callable[[Case, float, float], dict | None],
-                 log: Callable[[str], None] = lambda s: None):
+                 log: Callable[[str], None] = lambda s: None, fields=None):
         self.opts, self._run, self.log = opts, run, log
+        # The metadata fields the target's signature reaches: misplanned draws only those.
+        self.fields = None if fields is None else frozenset(fields)
         self.found: dict[tuple, Finding] = {}
         # Classes seen only while shrinking another: a later round may find them again;
         # those it does not are reported as first seen, unshrunk, never dropped.
@@ -384,7 +387,8 @@ class Explorer:
         config = settings(max_examples=ROUND_EXAMPLES, deadline=None,
                           phases=[Phase.generate, Phase.shrink], verbosity=Verbosity.quiet)
         try:
-            small = find(cases(self.opts.routes, family), condition, settings=config,
+            small = find(cases(self.opts.routes, family, self.fields), condition,
+                         settings=config,
                          random=random.Random(f"{self.opts.seed}/{r}"))
         except NoSuchExample:
             return
@@ -472,7 +476,9 @@ def main(args: argparse.Namespace) -> int:
     except RuntimeError as why:
         print(f"explore: {why}", file=sys.stderr)
         return EXIT_USAGE
-    explorer = Explorer(opts, runner.run, log=lambda s: print(s, file=sys.stderr, flush=True))
+    fields = getattr(getattr(runner.target, "capabilities", None), "metadata", None)
+    explorer = Explorer(opts, runner.run, log=lambda s: print(s, file=sys.stderr, flush=True),
+                        fields=fields)
     try:
         explorer.search()
     except KeyboardInterrupt:

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from cases import gqa, graph_replan, misplanned, small_head, strided, valid, values
 from cases._call_forms import FORMS
+from harness.model import relations
 from harness.model.case import Case, dtype_tag
 from harness.model.problem import normalize
 from harness.model.routes import op_of
@@ -254,44 +255,81 @@ def strided_params(draw, op: str):
     return (tensor if tensor == "q_heads" else f"{tensor}_stride2"), params
 
 
-def _mismatch_values(field: str, p: dict) -> list:
-    """Values of `field` that disagree with plan() and that the adapter can lay out."""
+def _relation_values(r, p: dict) -> list:
+    """Values that break relation r on problem p and that the cores can lay out: the
+    count and shape relations over a range (in r's direction), the index, length, offset
+    and maximum relations at the value the family uses (their words name it)."""
     n = normalize(p)
-    rows = sum(n["qo_lens"])
-    if field == "num_qo_heads":
-        return [h for h in (4, 1, 2, 8, 16) if h != n["num_qo_heads"]]
-    if field == "num_kv_heads":
-        return [h for h in (1, 2, 4, 8) if h != n["num_kv_heads"]]
-    if field in ("head_dim_qk", "head_dim_vo"):
-        planned = n["head_dim"] if field == "head_dim_qk" else n["head_dim_vo"]
+    rows, f = sum(n["qo_lens"]), r.field
+    last_kv = n["kv_lens"][-1] if n["kv_lens"] else 0
+    if f == "num_qo_heads":
+        hq = n["num_qo_heads"]
+        more = r.variant.endswith("_more")
+        return [h for h in (4, 1, 2, 8, 16, 32) if (h > hq if more else h < hq)]
+    if f == "num_kv_heads":
+        hkv = n["num_kv_heads"]
+        more = r.variant.endswith("_more")
+        return [h for h in (1, 2, 4, 8, 16) if (h > hkv if more else 0 < h < hkv)]
+    if f in ("head_dim_qk", "head_dim_vo"):
+        planned = n["head_dim"] if f == "head_dim_qk" else n["head_dim_vo"]
         return [d for d in (64,) + valid.HEAD_DIMS if d != planned]
-    if field == "page_size":
+    if f == "page_size":
         # The same pool as pages of a divisor: the adapter can always view it so.
         return [d for d in (8, 4, 2, 1) if d < n["page_size"] and n["page_size"] % d == 0]
-    if field == "rank":
+    if f == "rank":
         return [2]
-    if field == "q_rows":
+    if f == "q_rows":
         # Padding repeats q's own rows (plan_run/mismatch.py): none to repeat in an empty q.
-        return list(range(rows - 1, -1, -1)) + ([rows + 5, rows + 1, rows + 8] if rows else [])
-    if field == "kv_rows":
+        if r.expect == "match":
+            return [rows + 5, rows + 1, rows + 8] if rows else []
+        return list(range(rows - 1, -1, -1))
+    if f == "kv_rows":
         return list(range(sum(n["kv_lens"]) - 1, -1, -1))
-    if field == "dtype":
+    if f == "dtype":
         return [d for d in valid.DTYPES if d != n["dtype"]]
-    raise ValueError(f"mismatch field {field!r} has no values here")
+    if f == "batch_size":
+        b = len(n["qo_lens"])
+        return [b + 1, b + 2] if r.variant == "batch_size" else list(range(b - 1, -1, -1))
+    if f in ("block_table", "last_page_len") and last_kv <= 0:
+        return []            # the last request holds no block: the bent entry is never read
+    if f == "query_start_loc" and r.variant == "query_start_loc_decreasing" \
+            and len(n["qo_lens"]) < 2:
+        return []
+    if f in ("max_seqlen_q", "max_seqlen_k") and r.variant.endswith("_below"):
+        lens = n["qo_lens"] if f == "max_seqlen_q" else n["kv_lens"]
+        if not lens or max(lens) < 1:
+            return []
+    if f == "kv_lens" and not n["kv_lens"]:
+        return []
+    return [r.value_for(n)]
+
+
+def misplanned_relations(op: str, fields=None) -> list:
+    """The relations misplanned derives for op, limited to the fields a target's signature
+    reaches (None: every field)."""
+    return [r for r in relations.RELATIONS if misplanned.applies(op, r.variant)
+            and (fields is None or r.field in fields)]
 
 
 @st.composite
-def misplanned_params(draw, op: str):
-    """plan() gets the problem, run() tensors that disagree in one field (misplanned's)."""
+def misplanned_params(draw, op: str, fields=None):
+    """The problem as the description states it, and arguments that break one relation the
+    target's signature carries (harness/model/relations.py), in either direction."""
     base = draw(problem(op, odd_dims=False, extras=False))
-    fields = [f for _, f, *_ in misplanned.MISMATCHES if f in misplanned.APPLIES[op]]
-    fields = [f for f in dict.fromkeys(fields) if _mismatch_values(f, base)]
-    field = draw(st.sampled_from(fields))
-    if field == "head_dim_vo" and "cache_form" in base:
+    if op in ("paged_prefill", "batch_decode"):
+        base["page_id_offset"] = 0     # the pool's size is the relations' (pool_blocks)
+    usable = [r for r in misplanned_relations(op, fields) if _relation_values(r, base)]
+    if not usable:
+        raise ValueError(f"no relation the target's signature carries applies to {op}")
+    r = draw(st.sampled_from(usable))
+    if r.field == "head_dim_vo" and "cache_form" in base:
         base["cache_form"] = "tuple"   # only a (k, v) tuple holds two head dims
-    value = draw(st.sampled_from(_mismatch_values(field, base)))
-    params = {**base, **draw(call_forms(op)), "mismatch": {"field": field, "value": value}}
-    return _mismatch_row(op, params)[0], params
+    value = draw(st.sampled_from(_relation_values(r, base)))
+    mismatch = {"field": r.field, "value": value}
+    if r.only:
+        mismatch["only"] = r.only
+    params = {**base, **draw(call_forms(op)), "mismatch": mismatch}
+    return r.variant, params
 
 
 @st.composite
@@ -310,30 +348,9 @@ AXES = {"valid": valid_params, "strided": strided_params, "misplanned": misplann
 # ---- the contract ------------------------------------------------------------------------------
 
 def _mismatch_row(op: str, params: Mapping[str, Any]):
-    """(variant, expect, words) of misplanned's MISMATCHES row that a drawn mismatch falls in."""
-    field, value = params["mismatch"]["field"], params["mismatch"]["value"]
-    n = normalize(params)
-    for variant, f, _, expect, word, planned in misplanned.MISMATCHES:
-        if f != field:
-            continue
-        if field == "dtype":       # the family plans bf16 only; name any dtype torch's way
-            planned_v, given = DTYPE_WORDS[n["dtype"]], DTYPE_WORDS[value]
-        elif field == "head_dim_vo":
-            planned_v, given = n["head_dim_vo"], value
-        elif planned is not None:
-            planned_v, given = planned(n), value
-        else:
-            continue               # a row that allows the field (q rows padded): below
-        rows_field = field in ("q_rows", "kv_rows")
-        if value < planned_v if rows_field else value != planned_v:
-            words = (misplanned.WORD_BY_OP.get((op, word), word), str(planned_v), str(given))
-            return variant, expect, words
-    for variant, f, _, expect, word, planned in misplanned.MISMATCHES:
-        if f == field and planned is None:
-            # A value past what holds or indexes it (a seq_len, a block id): the field and
-            # the value given; or q rows padded past the plan, which must match.
-            return variant, expect, ((word, str(value)) if expect == "refuse" else ())
-    raise ValueError(f"mismatch {params['mismatch']} on {op}: no contract says what it should do")
+    """(variant, expect, words) of the relation a drawn mismatch breaks."""
+    r = misplanned.relation_of(op, params)
+    return r.variant, r.expect, misplanned.words_of(op, r, params)
 
 
 def contract(op: str, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
@@ -390,20 +407,34 @@ def make_case(route: str, family: str, detail: str, params: dict, seed: int) -> 
                 requires=requires(params))
 
 
-def routes_for(family: str, routes) -> list[str]:
-    return [r for r in routes if op_of(r) in OPS[family]]
+def routes_for(family: str, routes, fields=None) -> list[str]:
+    """The routes whose op the family covers (misplanned: with a relation on one of the
+    fields the target's signature carries, when `fields` is given)."""
+    out = [r for r in routes if op_of(r) in OPS[family]]
+    if family == "misplanned" and fields is not None:
+        out = [r for r in out if misplanned_relations(op_of(r), fields)]
+    return out
 
 
-def cases(routes, family: str):
-    """Cases of one family's axis on the given routes (those whose op it covers)."""
-    routes = routes_for(family, routes)
+def cases(routes, family: str, fields=None):
+    """Cases of one family's axis on the given routes (those whose op it covers).
+
+    fields: the metadata fields the target's signature reaches (Capabilities.metadata);
+    misplanned draws only relations on them, so every drawn case reaches the target."""
+    routes = routes_for(family, routes, fields)
     if not routes:
-        raise ValueError(f"family {family!r} covers none of the routes {list(routes)}")
+        raise ValueError(f"family {family!r} covers none of the routes {list(routes)}"
+                         + (" with a field the target's signature carries"
+                            if family == "misplanned" and fields is not None else ""))
+    axis = AXES[family]
 
     @st.composite
     def draw_case(draw):
         route = draw(st.sampled_from(routes))
-        detail, params = draw(AXES[family](op_of(route)))
+        if family == "misplanned":
+            detail, params = draw(axis(op_of(route), fields))
+        else:
+            detail, params = draw(axis(op_of(route)))
         seed = draw(st.integers(0, 2**31 - 1))
         return make_case(route, family, detail, params, seed)
     return draw_case()

@@ -63,6 +63,20 @@ class DeclaredCall(CaseCalls):
         for pool, tokens in zip(pools, (batch.key, batch.value)):
             pool[slots // bs, slots % bs] = tokens.to(pool.dtype)
 
+    def check_expressible(self, roles) -> None:
+        """Skip, naming the role, a case whose attention variant no argument carries: a
+        library handed no window cannot be asked for one."""
+        p, params = self.problem, self.params
+        needs = (("window", p.window_left >= 0, "a sliding window"),
+                 ("causal", p.causal, "a causal mask"),
+                 ("soft_cap", bool(params.get("logits_soft_cap")), "a logits soft cap"),
+                 ("sinks", params.get("sinks") not in (None, False), "attention sinks"),
+                 ("alibi_slopes", params.get("alibi_slopes") not in (None, False), "ALiBi"),
+                 ("scale", params.get("sm_scale") is not None, "a softmax scale"))
+        for role, wanted, what in needs:
+            if wanted and role not in roles:
+                raise Skip(f"{what}: the signature has no argument of role {role!r}")
+
     def values(self, batch) -> dict:
         """{role: value} for every role this case gives a value to."""
         p, params = self.problem, self.params
@@ -87,6 +101,7 @@ class DeclaredCall(CaseCalls):
             raise Skip("one cache holds one head size for K and V")
         if p.fp8_kv:
             raise Skip("no fp8 cache argument in this signature")
+        self.check_expressible(sig.roles())
         block_size = int(params.get("page_size", 16))
         batch = build(p, block_size, params.get("page_order", "shuffled"),
                       int(params.get("page_id_offset", 0)), self.case.seed)
