@@ -345,10 +345,16 @@ def test_a_row_whose_lse_was_not_compared_joins_its_output_only_class():
         row("fa2.single_prefill", "out_stride2", message=msg, o_max_abs_diff=0.8,
             o_tolerance=0.01),
         row("aiter.batch_decode", "out_stride2",
-            message=msg + "; lse not compared: aiter returns no LSE", o_max_abs_diff=0.8,
-            o_tolerance=0.01)])
+            message=msg + "; lse not compared: the target returns no LSE (its call forms: "
+                          "out)", o_max_abs_diff=0.8, o_tolerance=0.01),
+        row("fa2.single_decode", "q_stride2",
+            message=msg + "; lse not compared: the target returns no LSE (its call forms: "
+                          "out)", o_max_abs_diff=0.8, o_tolerance=0.01)])
     (cls,) = failure_classes(df)
-    assert cls.n_rows == 2 and cls.routes == ["aiter.batch_decode", "fa2.single_prefill"]
+    assert cls.n_rows == 3
+    assert cls.routes == ["aiter.batch_decode", "fa2.single_decode", "fa2.single_prefill"]
+    # The note names what was not judged, not a tensor of the failure.
+    assert cls.tensors == ["out", "q"]
 
 
 def test_a_canary_of_the_lse_beside_os_is_the_same_corruption_a_harness_error_one_bug():

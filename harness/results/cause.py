@@ -167,7 +167,10 @@ def tensors_of(variant: str, message="") -> list[str]:
     """The tensor names a row names: in its variant, and in its message other than the
     compared outputs' own (`o max|diff| ...` says what differs, not which tensor)."""
     found = dict.fromkeys(_VARIANT_TENSOR.findall(str(variant)))
-    text = _FIRST_AT.sub("", _SUMMARY_OUTPUT.sub("", normalize_message(message)))
+    # The harness's "lse not compared: ... (its call forms: out)" note names what it could
+    # not judge, not a tensor of the failure.
+    text = _NOT_COMPARED.sub("", _text(message))
+    text = _FIRST_AT.sub("", _SUMMARY_OUTPUT.sub("", normalize_message(text)))
     for name in _MESSAGE_TENSOR.findall(text):
         found.setdefault(name, None)
     return list(found)
