@@ -6,7 +6,8 @@ factors that interact (dtype x head_dim x GQA ratio, causal x window, page
 size x layout x cache form) all appear. Lengths include 1 and primes that
 are a multiple of no tile size; a few rows are big (batch 64, split KV,
 page ids past 65,535); the rest stay small because the host kernels are
-CPU loops.
+CPU loops. Every paged op also gets pages of 3, 12 and 24 tokens (page_size_odd): each
+other page size is a power of two, where an in-page slot by mask equals the division's.
 """
 from __future__ import annotations
 
