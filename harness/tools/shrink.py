@@ -275,18 +275,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kept for old scripts: every trial is printed anyway")
 
 
-def load_case_json(path: str) -> Case:
+def load_case_json(path: str, target: str | None = None) -> Case:
+    """The one case of a case file, checked as a cases file is (its shape and sizes, and,
+    with `target`, its route against that target's): ValueError in one line."""
+    from harness.model import budget, cases_file
     data = json.loads(Path(path).read_text())
     if isinstance(data, list):
         if len(data) != 1:
             raise ValueError(f"{path}: expected one case, found {len(data)}")
         data = data[0]
-    return Case.from_json(data)
+    budget.check_cases([data], str(path))
+    routes, name = None, "the target"
+    if target is not None:
+        from harness.targets import load_target
+        loaded = load_target(target)
+        routes, name = loaded.routes, f"target {loaded.name!r}"
+    return cases_file.check_records([data], str(path), routes, name)[0]
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        case = load_case_json(args.case_json) if args.case_json else find_case(args.case_id, args.target)
+        case = load_case_json(args.case_json, args.target) if args.case_json \
+            else find_case(args.case_id, args.target)
     except KeyError:
         print(f"shrink: unknown case id {args.case_id!r}", file=sys.stderr)
         return 4
