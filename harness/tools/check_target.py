@@ -100,6 +100,9 @@ def main(args: argparse.Namespace) -> int:
     if errors or len(rows) < len(cases):
         print(f"check-target: {len(errors)} adapter error(s): fix them before trusting its rows")
         return EXIT_FAIL
+    failing = sum(1 for r in rows if not r.get("pass"))
     print("check-target: no adapter error found" + (
-        f" ({len(said)} skip reason(s) to review)" if said else ""))
+        f" ({len(said)} skip reason(s) to review)" if said else "")
+        + (f"; {failing} failing row(s), named above, are the library's findings"
+           if failing else ""))
     return EXIT_PASS
