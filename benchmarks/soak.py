@@ -4,7 +4,7 @@ started on the table while the first holds it, and random `--resume`s; afterward
 table must be complete, hold no duplicate case id, and give every case the outcome a clean
 run gives it (a stopped worker's case excepted: its row is the `hang` the watchdog records).
 
-    python -m benchmarks.soak [--minutes 10] [--seed 0] [--case-timeout 20]
+    python -m benchmarks.soak [--minutes 10] [--seed 0] [--case-timeout 20] [--family F,F]
 
 Prints one line per round, then per blow (signal and whom) how many rounds it struck while
 the run was working (alive, its table not yet complete) and how many it missed (the run had
@@ -31,7 +31,8 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SELECTION = ["--family", "gqa,edge_rows,strided", "--route", "fa2.single_prefill,fa2.batch_decode"]
+FAMILIES = "gqa,edge_rows,strided"
+SELECTION = ["--family", FAMILIES, "--route", "fa2.single_prefill,fa2.batch_decode"]
 EXIT_USAGE = 2          # harness/tools/options.py: a held table is refused before the run
 POLL_S = 0.05
 
@@ -118,7 +119,11 @@ def disturb(proc: subprocess.Popen, table: Path, expected: int,
             rng: random.Random) -> dict:
     """One random blow to the run while it works: whom, with what, and whether it struck a
     working run (the process alive and the table not yet complete when it landed)."""
-    time.sleep(rng.uniform(0.5, 6.0))   # a run of the selection takes 5-10 s
+    # Strike at a random point of the run's progress (its rows so far), not after a guessed
+    # delay: a second run's refusal or a loaded machine would put a timed blow past the end.
+    rows_at = rng.randint(0, max(0, int(expected * 0.9)))
+    while proc.poll() is None and len(rows_of(table)) < rows_at:
+        time.sleep(POLL_S * 2)
     who = rng.choice(["parent", "child", "worker"])
     sig = rng.choice([signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP])
     blow = {"kind": f"{sig.name} to the {who}", "struck": False, "stopped_worker": False}
@@ -194,7 +199,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--case-timeout", type=float, default=20.0,
                     help="each run's --case-timeout: how long a stopped worker holds its round")
+    ap.add_argument("--family", default=FAMILIES,
+                    help=f"the selection's families [{FAMILIES}]: fewer for more rounds a minute")
     args = ap.parse_args(argv)
+    SELECTION[1] = args.family
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix="harness-soak-"))
     clean_path = work / "clean.jsonl"
@@ -213,6 +221,7 @@ def main(argv=None) -> int:
     while time.monotonic() < end:
         rounds += 1
         table = work / f"round{rounds}.jsonl"
+        start = time.monotonic()
         proc = check(table, resume=False, case_timeout=args.case_timeout,
                      stderr=subprocess.DEVNULL)
         said, bad_second = [], False
@@ -223,9 +232,10 @@ def main(argv=None) -> int:
             totals["second runs refused"] += "refused" in text
         blow = disturb(proc, table, len(clean), rng)
         (struck if blow["struck"] else missed)[blow["kind"]] += 1
-        said.append(f"{blow['kind']} ({blow['note']})")
+        said.append(f"{blow['kind']} at {time.monotonic() - start:.0f} s ({blow['note']})")
         try:
             proc.wait(timeout=limit)
+            said.append(f"the run's exit {proc.returncode} at {time.monotonic() - start:.0f} s")
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
