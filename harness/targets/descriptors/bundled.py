@@ -15,4 +15,7 @@ SIGNATURE = Signature(
     # ci matrix, whose bundled rows must stay the library's contract.
     unreached=(("block_table", "the bundled plan() does not bound paged_kv_indices by the "
                                "cache's pages (no guard in kernels/ yet)"),))
-CAPABILITIES = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES, signature=SIGNATURE)
+# Every feature but the block-table core's metadata restage: its plan() reads the caller's
+# index tensors and run() is not handed them again (the restage feature covers it).
+CAPABILITIES = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES - {"metadata_restage"},
+                            signature=SIGNATURE)
