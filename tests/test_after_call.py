@@ -167,3 +167,24 @@ def test_a_poisoned_context_is_that_cases_crash_and_the_next_case_its_own_verdic
     assert (plain["outcome"], plain["pass"], plain["reruns"]) == ("match", True, 0), plain
     assert wrong["outcome"] == "wrong", wrong
     assert plain["worker"] != late["worker"], "the next case ran on the poisoned worker"
+
+
+@pytest.mark.system
+def test_without_xdist_a_poisoned_context_stops_the_run_and_resume_goes_on(tmp_path):
+    # No worker to retire: the next case would run on the dead context and take its crash.
+    cases = [fault_case("late", 0), fault_case("none", 1)]
+    cases_file = tmp_path / "cases.json"
+    cases_file.write_text(json.dumps([c.to_json() for c in cases]))
+    results = tmp_path / "results.jsonl"
+    cmd = [sys.executable, "-m", "pytest", str(pytest_root.PATH), "-p", "no:cacheprovider", "-q",
+           "--target", "faults", "--cases-file", str(cases_file), "--results", str(results)]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    rows = table.read_rows(results)
+    assert first.returncode == 2, first.stdout[-3000:]
+    assert [(r["case_id"], r["outcome"]) for r in rows] == [(cases[0].id, "crash")], rows
+    assert f"the device is unusable after {cases[0].id}" in first.stdout, first.stdout[-3000:]
+    resumed = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+    rows = {r["case_id"]: r for r in table.read_rows(results)}
+    assert resumed.returncode == 0 and rows[cases[1].id]["outcome"] == "match", \
+        resumed.stdout[-3000:]

@@ -38,6 +38,13 @@ def run_case(request, case) -> dict:
             run.retire_reason = late.text
         raise
     item.user_properties.append((ROW_KEY, row))
+    if run.retire_reason and not run.is_worker:
+        # No worker to retire (no xdist): every later case would run on the dead device and
+        # take its crash. This case's row is written, then the run stops (pytest checks
+        # shouldstop after each item); --resume goes on in a fresh process.
+        item.session.shouldstop = (f"the device is unusable after {case.id} "
+                                   f"({run.retire_reason}); the run stopped with its rows "
+                                   f"kept: continue with --resume")
     if not row["pass"]:
         pytest.fail(failure_text(row), pytrace=False)
     return row
