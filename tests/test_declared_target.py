@@ -87,3 +87,32 @@ def test_descriptor_of_the_adapter_imports_no_torch_for_the_signature():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=str(Path(__file__).resolve().parents[1]))
     assert out.stdout.strip() == "False", out.stderr
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "vllm_shaped_target" / \
+    "vllm_shaped_target.py"
+
+
+def test_the_vllm_shaped_example_is_a_complete_adapter():
+    """examples/vllm_shaped_target: a valid batch matches, relations it checks are refused
+    naming the field and the values, and it stays about a hundred lines."""
+    from harness.engine.execute import execute_case
+    from harness.targets import load_target
+    target = load_target(str(EXAMPLE))
+    picked = {}
+    for c in target.cases(["valid", "misplanned"]):
+        key = (c.route, c.variant)
+        if c.params.get("dtype") == "bf16" and key not in picked and (
+                c.family == "valid" or c.variant in ("block_table_negative",
+                                                     "kv_lens_past_table",
+                                                     "num_qo_heads_more")):
+            picked[key] = c
+    outcomes = {}
+    chosen = [c for c in picked.values() if c.family == "valid"][:12] + \
+        [c for c in picked.values() if c.family == "misplanned"]
+    for c in chosen:
+        r = execute_case(c, target, "cpu")
+        assert r.passed, (c.id, r.outcome, r.message)
+        outcomes.setdefault(c.family, set()).add(r.outcome)
+    assert "match" in outcomes["valid"] and outcomes["misplanned"] == {"refused"}
+    assert len(EXAMPLE.read_text().splitlines()) <= 110

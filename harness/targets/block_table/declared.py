@@ -72,7 +72,8 @@ class DeclaredCall(CaseCalls):
                  ("soft_cap", bool(params.get("logits_soft_cap")), "a logits soft cap"),
                  ("sinks", params.get("sinks") not in (None, False), "attention sinks"),
                  ("alibi_slopes", params.get("alibi_slopes") not in (None, False), "ALiBi"),
-                 ("scale", params.get("sm_scale") is not None, "a softmax scale"))
+                 ("scale", params.get("sm_scale") is not None, "a softmax scale"),
+                 ("head_dim_vo", p.head_dim_vo != p.head_dim, "a v head dim apart from q/k's"))
         for role, wanted, what in needs:
             if wanted and role not in roles:
                 raise Skip(f"{what}: the signature has no argument of role {role!r}")
