@@ -49,7 +49,7 @@ def _ws_misplanned(c) -> bool:
     kernels (no LSE asked) never split: their plan's workspace is never read."""
     from cases.schedule import DEFAULT_CHUNK
     p = c.params
-    if "workspace_bytes" not in p or p.get("use_cuda_graph"):
+    if "workspace_bytes" not in p:
         return False
     if c.backend in ("ll4mi", "aiter") and not p.get("return_lse"):
         return False
@@ -59,7 +59,7 @@ def _ws_misplanned(c) -> bool:
 
     def need(c, lse=True):
         chunks = [max(1, -(-k // c)) for k in kv]
-        if all(x == 1 for x in chunks):
+        if all(x == 1 for x in chunks) and not p.get("use_cuda_graph"):   # a graph always splits
             return 0
         return sum(q * x for q, x in zip(qo, chunks)) * hq * (dv + (1 if lse else 0)) * 4
     while True:
@@ -67,7 +67,7 @@ def _ws_misplanned(c) -> bool:
             return True
         if need(chunk) <= ws or p.get("max_kv_chunk") or chunk >= max([1, *kv]):
             return False
-        chunk *= 2
+        chunk = min(2 * chunk, max(kv))           # kernels/_plan.py fit_chunk
 
 
 def _feature_rescaled(c) -> bool:
