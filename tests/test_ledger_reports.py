@@ -61,7 +61,7 @@ def test_markdown_and_html_mark_known_rows_and_count_them_apart(tmp_path):
     assert 'data-pass="1" data-fail="1" data-known="2"' in html
     assert html.count('<tr class="known"') == 2 and REASON in html
     # The console and the summary JSON say the same.
-    assert "1 failing, 2 known (ledger" in summary_text(df)
+    assert "1 failing (1 correctness), 2 known (ledger" in summary_text(df)
     assert summary(df)["known"] == 2 and summary(df)["failing"] == 1
 
 

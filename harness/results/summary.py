@@ -119,12 +119,13 @@ def summary_text(df, wall_s: float | None = None, max_classes: int = 60) -> str:
     if len(df):
         counts = pd.crosstab(df["route"], df["outcome"], margins=True, margins_name="total")
         out.append(counts.to_string())
-    known = known_count(df)
-    tail = f"\n{len(df)} cases, {len(failing)} failing" + (
-        f", {known} known (ledger: passing for the exit status, not passes)" if known else "")
+    tail = f"\n{len(df)} cases, {len(failing)} failing"
     if len(failing):
         by = failing["severity"].fillna("").replace("", "unrated").value_counts()
         tail += " (" + ", ".join(f"{n} {sev}" for sev, n in by.items()) + ")"
+    known = known_count(df)
+    if known:
+        tail += f", {known} known (ledger: passing for the exit status, not passes)"
     if wall_s is not None:
         tail += f", wall time {wall_s:.1f} s"
     out.append(tail)
