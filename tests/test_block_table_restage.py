@@ -194,3 +194,19 @@ def test_vllm_is_handed_strided_caches_and_head_major_keys():
         result = execute_case(case, target, device="cpu")
         # vLLM reads a cache with stride(-1) == 2 as packed: the NaN between its elements.
         assert result.outcome == "wrong" and result.n_wrong > 0, (name, result.message)
+
+
+@needs_vllm
+def test_vllm_skips_the_call_form_where_the_library_allocates_its_output():
+    from harness.model.case import Case
+    from harness.targets import load_target
+    target = load_target("vllm-cpu")
+    base = {"dtype": "fp16", "head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2,
+            "qo_lens": [1, 1], "kv_lens": [17, 40], "causal": False, "window_left": -1,
+            "page_size": 16}
+    given = execute_case(Case("vllm.batch_decode", "t", "given", base), target, device="cpu")
+    assert given.outcome == "match", given.message
+    lib = execute_case(Case("vllm.batch_decode", "t", "lib", {**base, "out_form": "library"}),
+                       target, device="cpu")
+    # Never the given form's pass under the library form's name.
+    assert lib.outcome == "skipped" and "output" in lib.message and lib.n_total is None

@@ -38,7 +38,8 @@ Conventions (read from that backend and checked against the fp64 reference):
             the harness's left-only window is not: skipped with the reason
   LSE       none: a case that asks for it runs output-only (o compared in full, the row
             says the LSE was not: Capabilities.not_returned)
-  out       the caller's canary-banded output, written in place
+  out       the caller's canary-banded output, written in place; a case in the call form
+            where the library allocates its output is skipped (vLLM's run allocates none)
 
 Routes (backend "vllm"): paged_prefill, batch_decode, mixed_batch (decodes first, vLLM's own
 batch shape), and single_prefill / single_decode as a batch of one. Ragged prefill and merge
@@ -208,6 +209,10 @@ class VllmCall(CaseCalls):
         route cannot express it (read from the problem and params alone: no tensor made)."""
         p, params = self.problem, self.params
         op = self.case.op
+        if params.get("out_form", "given") != "given":
+            # The call form where the library allocates out: vLLM has none to perform.
+            raise Skip("cpu_attention_with_kv_cache writes into the caller's output (vLLM's "
+                       "API): it allocates none")
         if op == "single_decode" and p.qo_lens != [1]:
             raise Skip("single decode takes one query token")
         per_req = int(params.get("q_len_per_req", 1))
