@@ -243,6 +243,16 @@ class Signature:
                 out[f] = ""
         return out
 
+    def reach_lines(self) -> list[str]:
+        """What check-target prints: the calls, the fields whose relations reach the
+        target, and each field an argument carries that they do not, with why."""
+        reach = self.reach()
+        lines = [f"signature: {len(self.args)} argument(s) over {', '.join(self.calls())}",
+                 "relations reach: " + (", ".join(sorted(f for f, why in reach.items()
+                                                         if not why)) or "none")]
+        lines += [f"not reached: {f}: {why}" for f, why in sorted(reach.items()) if why]
+        return lines
+
     def describe(self) -> list[str]:
         """One line per argument, as check-target prints them."""
         lines = []

@@ -86,6 +86,9 @@ def main(args: argparse.Namespace) -> int:
     outcomes = Counter(r.get("outcome") for r in rows)
     print(f"check-target {args.target}: {len(rows)} of {len(cases)} cases ran: "
           + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    signature = getattr(target.capabilities, "signature", None)
+    for line in (signature.reach_lines() if signature is not None else []):
+        print(f"  {line}")
     for line in said:
         print(f"  {line}")
     # Every other failing row by its case id: the library's findings (or the adapter's,
