@@ -217,3 +217,19 @@ def test_every_relation_breaks_what_it_says():
     assert "index.past_pool" in violations({**base, "block_table": [[3, 1], [6, 2, 4]]})
     assert "maxima.kv" in violations({**base, "max_seqlen_k": 39})
     assert violations({**base, "max_seqlen_k": 45}) == frozenset()
+
+
+def test_no_two_cases_of_any_family_hand_the_same_input_with_different_contracts():
+    """Over every family's catalogue, on the bundled routes and a vLLM-shaped target's: two
+    cases on one op whose params are the same (what any adapter maps to the library's
+    arguments) carry the same contract."""
+    routes = tuple(__import__("harness.model.routes", fromlist=["BUNDLED_ROUTES"]).BUNDLED_ROUTES) \
+        + ("vllm.paged_prefill", "vllm.batch_decode", "vllm.mixed_batch", "vllm.single_prefill")
+    import json
+    by_input = defaultdict(dict)
+    for c in cases.generate(None, routes=routes):
+        key = (c.op, json.dumps(dict(c.params), sort_keys=True, default=str))
+        by_input[key][c.id] = c.expect
+    clashes = {k[0]: ids for k, ids in by_input.items() if len(set(ids.values())) > 1}
+    assert not clashes, list(clashes.items())[:3]
+    assert len(by_input) > 1000
