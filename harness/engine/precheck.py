@@ -6,12 +6,12 @@ ceiling never allocates."""
 from __future__ import annotations
 
 from harness.model import budget
-from harness.model.problem import normalize
 
 
 def skip_reason(case, target) -> str | None:
     """Why the case is skipped, or None to run it. A malformed case raises (a harness error,
     never a skip), as does an adapter hook that answers what no adapter may."""
+    from harness.model.problem import normalize   # torch: this module loads without it
     normalize(case.params)
     lacking = target.capabilities.lacks(case.op, case.params, case.requires)
     if lacking is not None:
