@@ -80,10 +80,13 @@ def test_core_fields_are_what_the_cores_perform():
 
 def test_descriptors_import_no_torch():
     from harness.targets.descriptors import NAMES
+    mods = sorted(NAMES.values()) + ["harness.targets.descriptors.vllm_cpu"]
     code = ("import sys, importlib\n"
-            f"for m in {sorted(NAMES.values())!r}:\n"
+            "import harness.targets\n"
+            f"for m in {mods!r}:\n"
             "    d = importlib.import_module(m)\n"
-            "    assert d.SIGNATURE.args and d.CAPABILITIES.ops, m\n"
+            "    assert d.SIGNATURE.args, m\n"
+            "    assert m.endswith('vllm_cpu') or d.CAPABILITIES.ops, m\n"
             "bad = sorted(k for k in sys.modules if k == 'torch' or k.startswith('torch.'))\n"
             "print('TORCH' if bad else 'CLEAN')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -233,3 +236,14 @@ def test_no_two_cases_of_any_family_hand_the_same_input_with_different_contracts
     clashes = {k[0]: ids for k, ids in by_input.items() if len(set(ids.values())) > 1}
     assert not clashes, list(clashes.items())[:3]
     assert len(by_input) > 1000
+
+
+def test_vllm_cpus_signature_derives_its_declared_fields():
+    """The vllm-cpu adapter still declares its metadata by hand (the older contract); its
+    signature derives the same fields and names every word of its vocabulary's roles."""
+    from harness.targets.descriptors.vllm_cpu import SIGNATURE
+    from harness.targets.vllm_cpu import CAPABILITIES
+    assert set(SIGNATURE.metadata()) == set(CAPABILITIES.metadata)
+    derived = SIGNATURE.vocabulary()
+    for ours in ("num_qo_heads", "num_kv_heads", "batch_size", "kv_lens"):
+        assert set(derived[ours]) & set(CAPABILITIES.vocabulary[ours]), ours
