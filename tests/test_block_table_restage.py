@@ -210,3 +210,26 @@ def test_vllm_skips_the_call_form_where_the_library_allocates_its_output():
                        target, device="cpu")
     # Never the given form's pass under the library form's name.
     assert lib.outcome == "skipped" and "output" in lib.message and lib.n_total is None
+
+
+def test_a_non_causal_window_is_vllms_only_where_no_key_follows_a_query_row():
+    from harness.targets.base import Skip
+    vllm_cpu = pytest.importorskip("harness.targets.vllm_cpu")
+    assert vllm_cpu.sliding_window_size(True, 15, [5, 9]) == 16
+    assert vllm_cpu.sliding_window_size(False, 15, [1, 1, 1]) == 16
+    assert vllm_cpu.sliding_window_size(False, -1, [5]) == -1
+    with pytest.raises(Skip, match="symmetric"):
+        vllm_cpu.sliding_window_size(False, 15, [1, 3])
+
+
+@needs_vllm
+def test_vllm_runs_a_non_causal_decode_window_and_matches():
+    from harness.model.case import Case
+    from harness.targets import load_target
+    target = load_target("vllm-cpu")
+    case = Case("vllm.batch_decode", "t", "w", {
+        "dtype": "bf16", "head_dim": 128, "num_qo_heads": 4, "num_kv_heads": 2,
+        "qo_lens": [1, 1], "kv_lens": [37, 70], "causal": False, "window_left": 15,
+        "page_size": 16})
+    result = execute_case(case, target, device="cpu")
+    assert result.outcome == "match" and result.n_total == 2 * 4 * 128, result.message

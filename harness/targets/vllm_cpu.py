@@ -35,7 +35,8 @@ Conventions (read from that backend and checked against the fp64 reference):
   causal    bottom-right aligned (the harness's convention): passed through
   window    one int: with causal, the current key and window_left before it, so
             sliding_window_size = window_left + 1; without causal it is symmetric, which
-            the harness's left-only window is not: skipped with the reason
+            the harness's left-only window is only for one query row per request (no key
+            follows it): run there, skipped with the reason elsewhere
   LSE       none: a case that asks for it runs output-only (o compared in full, the row
             says the LSE was not: Capabilities.not_returned)
   out       the caller's canary-banded output, written in place; a case in the call form
@@ -192,12 +193,17 @@ def attention_isa(dtype: torch.dtype, block_size: int, head_dim: int) -> str:
     return "vec16"
 
 
-def sliding_window_size(causal: bool, window_left: int) -> int:
+def sliding_window_size(causal: bool, window_left: int, qo_lens=()) -> int:
+    """vLLM's sliding_window_size for the harness's window_left: the current key and
+    window_left before it. Without causal vLLM's window is symmetric, which a left-only
+    window is only where no key follows a query row: one query row per request, aligned to
+    its last key (a decode batch; measured equal on 0.32.0)."""
     if window_left < 0:
         return -1
-    if not causal:
-        raise Skip("vLLM's CPU window is symmetric without causal; the harness's window "
-                   "bounds only the left")
+    if not causal and any(int(n) > 1 for n in qo_lens):
+        raise Skip("vLLM's CPU window is symmetric without causal: a request of several "
+                   "query rows has keys after its first rows, which the harness's window "
+                   "(bounding only the left) keeps and vLLM's would cut")
     return window_left + 1
 
 
@@ -235,7 +241,7 @@ class VllmCall(CaseCalls):
         if params.get("cache_form", "single") not in ("single", "tuple"):
             raise Skip(f"cache_form {params['cache_form']!r}")
         block_size = int(params.get("page_size", 16))
-        window = sliding_window_size(p.causal, p.window_left)
+        window = sliding_window_size(p.causal, p.window_left, p.qo_lens)
         isa = attention_isa(p.dtype, block_size, p.head_dim)
         if block_size % (32 if isa in ("vec", "amx") else 16):
             raise Skip(f"block_size {block_size}: vLLM's CPU kernels take multiples of 16")
