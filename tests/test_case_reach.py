@@ -443,6 +443,10 @@ def test_features_cross_every_split_path_by_the_covering_rule(ci):
                     assert plan_bytes(p["qo_lens"], p["kv_lens"], p["num_qo_heads"],
                                       p["head_dim_vo"], DEFAULT_CHUNK) > \
                         c.params["workspace_bytes"], c.id
+                    # ... and the chunk plan() fits still splits the long request.
+                    assert fitted_chunk(p["qo_lens"], p["kv_lens"], p["num_qo_heads"],
+                                        p["head_dim_vo"], c.params["workspace_bytes"]) < \
+                        max(p["kv_lens"]), c.id
                 if lv["split"] == "chunk":
                     assert max(c.params["kv_lens"]) > 2 * c.params["max_kv_chunk"], c.id
             for a, b in itertools.combinations(sorted(levels), 2):
