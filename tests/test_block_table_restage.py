@@ -233,3 +233,23 @@ def test_vllm_runs_a_non_causal_decode_window_and_matches():
         "page_size": 16})
     result = execute_case(case, target, device="cpu")
     assert result.outcome == "match" and result.n_total == 2 * 4 * 128, result.message
+
+
+@needs_vllm
+def test_flashinfer_index_names_reach_vllm_as_its_own_tensor_or_skip_in_its_words():
+    from harness.model.case import Case
+    from harness.targets import load_target
+    target = load_target("vllm-cpu")
+    base = {"dtype": "bf16", "head_dim": 128, "num_qo_heads": 4, "num_kv_heads": 2,
+            "qo_lens": [5, 11], "kv_lens": [21, 40], "causal": True, "window_left": -1,
+            "page_size": 16}
+    # qo_indptr is vLLM's query_start_loc: handed as int64, vLLM refuses it (performed).
+    qo = execute_case(Case("vllm.paged_prefill", "t", "qo",
+                           {**base, "index_dtype": {"qo_indptr": "int64"}},
+                           expect="match_or_refuse", refuse_words=("qo_indptr",)),
+                      target, device="cpu")
+    assert qo.outcome == "refused" and "Long" in qo.message, qo.message
+    for name in ("kv_indptr", "kv_indices", "last_page_len"):
+        result = execute_case(Case("vllm.paged_prefill", "t", name, {**base, "strided": name},
+                                   expect="match_or_refuse"), target, device="cpu")
+        assert result.outcome == "skipped" and "vLLM's CPU attention takes no" in result.message
