@@ -277,7 +277,7 @@ def _signal_name(number: int) -> str:
 
 def stop_lines(log_name: str) -> list[str]:
     """The lines a run that could not go on left in pytest's log (plugin.STOP_PREFIX)."""
-    from harness.engine.plugin import STOP_PREFIX
+    from harness.engine.plugins.lifecycle import STOP_PREFIX
     try:
         text = Path(log_name).read_text(errors="replace")
     except OSError:
@@ -469,7 +469,8 @@ def _cmd_check(args, held: list) -> int:
     # torch or a target) and says so in its report; a bad option calls it off.
     from harness.engine import fast_exit
     from harness.engine.held_start import HeldChild
-    from harness.engine.plugin import PARENT_PID_ENV
+    # The plugin's held-start module alone: the plugin's others load the engine (torch).
+    from harness.engine.plugins.held import PARENT_PID_ENV
     env = dict(child_env(), **{fast_exit.ENV: "1", PARENT_PID_ENV: str(os.getpid())})
     from harness.model.shard import SHARD_ENV
     env.pop(SHARD_ENV, None)   # the shard is --shard's alone, never one left in the environment
@@ -559,8 +560,8 @@ def _cmd_check(args, held: list) -> int:
     print(f"results: {results}" + (f" (partial run: {selection}; the full table is untouched)"
                                    if selection else ""))
     if report.get("library_commit") == "unknown":   # said once, where the table is named
-        print(f"library commit: unknown ({report.get('commit_source')}); the table is named "
-              f"by the library's version instead")
+        print(f"library commit: unknown ({report.get('commit_source')})"
+              + ("" if args.results else "; the table is named by the library's version"))
     if (args.html or args.markdown) and not _render(results, args.html, args.markdown, args.ledger):
         return EXIT_USAGE
     extra = {"verdict_line": untested} if untested else {}
