@@ -113,3 +113,18 @@ def test_the_commit_comes_from_the_adapter_first_then_its_repository(library, tm
     assert identity.library_commit(sdpa)[0] == "unknown"
     assert identity.table_key({"library_commit": "unknown", "target_version": "2.1 rc/1"}) \
         == "v2.1_rc_1"
+
+
+def test_a_plain_pytest_run_names_its_table_for_the_library_too(library, tmp_path):
+    """`pytest harness/engine/pytest_root --target ...` without --results: the same name
+    `harness check` gives, and the latest copy under the library's declared name."""
+    from harness.engine import pytest_root
+    lib, sha = library
+    done = subprocess.run([sys.executable, "-m", "pytest", str(pytest_root.PATH), "-q",
+                           "-p", "no:cacheprovider", "--target",
+                           str(lib / "harness_adapter.py")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]   # wrong fails
+    names = sorted(p.name for p in (tmp_path / "results").glob("*.jsonl"))
+    arch = table.read_rows(tmp_path / "results" / names[0])[0]["arch"]
+    assert names == [f"minilib-{arch}-{sha}.jsonl", f"minilib-{arch}.jsonl"], names

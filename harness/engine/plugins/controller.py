@@ -82,7 +82,8 @@ class Controller:
             ctx = rows_out.any_context(run)
             if ctx.get("arch"):
                 try:
-                    table.copy_latest(run.results, run.opt("target"), ctx["arch"])
+                    table.copy_latest(run.results, ctx.get("target") or run.opt("target"),
+                                      ctx["arch"])
                 except (OSError, ValueError) as e:
                     print(f"{STOP_PREFIX}the latest-table copy of {run.results} was not "
                           f"written ({e})", file=sys.stderr, flush=True)

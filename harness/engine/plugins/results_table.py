@@ -8,9 +8,8 @@ from pathlib import Path
 from harness.engine.plugins.held import held_start_parent
 from harness.engine.plugins.lifecycle import stop_now
 from harness.engine.plugins.options import selection_of
-from harness.engine.session import Run
+from harness.engine.session import Run, run_shard
 from harness.results import table
-from harness.targets import label as target_label
 
 
 def open_table(config, run: Run) -> str | None:
@@ -18,9 +17,8 @@ def open_table(config, run: Run) -> str | None:
     otherwise, or when it has none). A table that cannot be locked or read stops the run."""
     given = config.getoption("results")
     selection = selection_of(config)
-    run.results = Path(given) if given else table.default_results_path(
-        target_label(config.getoption("target")), selection)
-    run.default_results = not given and not selection
+    run.results = Path(given) if given else run.default_table(selection)
+    run.default_results = not given and not selection and not run_shard()
     try:
         # For the run's whole life (the descriptor closes with this process): one writer.
         run.table_lock = table.TableLock.acquire(run.results, adopt_parent=held_start_parent())
