@@ -8,46 +8,18 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from fault_target import fault_case
+from process_watch import marked, poll, worker_in_a_case
 from harness.results import table
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
-
-
-def poll(condition, timeout: float = 120.0, every: float = 0.2):
-    """condition()'s first truthy value, or the test fails after `timeout` seconds."""
-    end = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout} s waiting for {condition.__name__}")
-        time.sleep(every)
-
-
-def marked(mark: str) -> list[int]:
-    """Pids of live processes whose environment holds `mark` (zombies are not processes)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if mark.encode() not in (proc / "environ").read_bytes():
-                continue
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            found.append(int(proc.name))
-    return found
+pytestmark = [pytest.mark.system,
+              pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")]
 
 
 class Run:
@@ -65,8 +37,12 @@ class Run:
                         **{key: value})
 
     def argv(self, *extra) -> list[str]:
+        # A table path of its own, not the default name: that name carries the checkout's
+        # commit, and a commit made while the test runs would send a later run (the second
+        # run on a held table, a resume) to another table.
         return [sys.executable, "-m", "harness", "check", "--target", "faults", "--cases-file",
-                str(self.cases_file), "--results-dir", str(self.results_dir), *extra]
+                str(self.cases_file), "--results", str(self.results_dir / "faults.jsonl"),
+                *extra]
 
     def start(self, *extra, **kw) -> subprocess.Popen:
         return subprocess.Popen(self.argv(*extra), cwd=ROOT, env=self.env, text=True,
@@ -95,8 +71,11 @@ def _error_lines(stderr: str) -> list[str]:
 
 
 def test_a_second_run_on_a_held_table_exits_2_naming_it_and_the_holder(tmp_path):
-    run = Run(tmp_path, [fault_case("slow", i) for i in range(2)], slow_s=60)
-    first = run.start("-n", "0")
+    # The first run holds the table until the test ends it: its case outlasts any start-up
+    # of the second run on a loaded machine (a 60 s case hit its timeout, the first run
+    # ended, and the second found the table free and ran).
+    run = Run(tmp_path, [fault_case("slow", i) for i in range(2)], slow_s=1200)
+    first = run.start("-n", "0", "--case-timeout", "1500")
     try:
         path = poll(lambda: run.table() if run.table() and table.holder_of(run.table())
                     else None)
@@ -104,6 +83,7 @@ def test_a_second_run_on_a_held_table_exits_2_naming_it_and_the_holder(tmp_path)
         assert holder == str(first.pid)
         for extra in ((), ("--resume",)):   # a fresh run, and a resume, during the run
             second = run.run("-n", "0", *extra)
+            assert first.poll() is None, "the first run ended before the second was refused"
             assert second.returncode == 2, second.stderr[-2000:]
             lines = _error_lines(second.stderr)
             assert len(lines) == 1, second.stderr
@@ -139,27 +119,14 @@ def test_kill_9_of_the_parent_leaves_no_process_and_resume_has_no_duplicates(tmp
     assert set(kept) <= set(ids)
 
 
-def _worker_in_a_case(mark: str) -> tuple[int, str] | None:
-    """(pid, case id) of an xdist worker of this run that is inside a case."""
-    for state_dir in Path("/dev/shm").glob("harness-state-*") if Path("/dev/shm").is_dir() \
-            else []:
-        for path in state_dir.glob("gw*.json"):
-            try:
-                state = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            pid = state.get("pid")
-            if state.get("case_id") and isinstance(pid, int) and pid in marked(mark):
-                return pid, state["case_id"]
-    return None
-
-
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="the state folder is on /dev/shm")
 def test_a_stopped_worker_is_ended_by_the_watchdog_and_its_case_is_a_hang_row(tmp_path):
     run = Run(tmp_path, [fault_case("slow", i) for i in range(3)], slow_s=4)
     parent = run.start("-n", "2", "--case-timeout", "8")
     try:
-        pid, case_id = poll(lambda: _worker_in_a_case(run.mark))
+        # Inside the library's call, so the hang row's stage is "run" (a worker stopped
+        # while it builds inputs is a hang at "build inputs").
+        pid, case_id = poll(lambda: worker_in_a_case(run.mark, stage="run"))
         os.kill(pid, signal.SIGSTOP)   # its own timer thread stops with it
         out, err = parent.communicate(timeout=240)
     finally:

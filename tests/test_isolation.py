@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine import isolation
+from harness.engine import isolation, pytest_root
 from harness.results import table
 from fault_target import fault_case
 
@@ -24,7 +24,7 @@ def write_cases(tmp_path, *faults, name="cases.json"):
 
 
 def matrix_cmd(cases_file, results, *args):
-    return [sys.executable, "-m", "pytest", str(ROOT / "cases"), "-p", "no:cacheprovider", "-q",
+    return [sys.executable, "-m", "pytest", str(pytest_root.PATH), "-p", "no:cacheprovider", "-q",
             "--target", "faults", "--cases-file", str(cases_file), "--results", str(results), *args]
 
 
@@ -80,6 +80,7 @@ def test_timeout_scales_with_case_size():
 
 # ---------------------------------------------------------------- end to end
 
+@pytest.mark.system
 def test_every_failure_kind_is_exactly_one_row(tmp_path):
     # KERNELS_TESTONLY=1: the failures happen inside the bundled library's host
     # kernels (integer division by zero, null write, abort(), a spinning kernel).
@@ -111,6 +112,7 @@ def test_every_failure_kind_is_exactly_one_row(tmp_path):
         assert row["arch"] and row["target"] == "faults"
 
 
+@pytest.mark.system
 def test_culprit_fails_alone(tmp_path):
     path, cases = write_cases(tmp_path, "none", "none", "segv")
     proc, by_id, rows = run_matrix(tmp_path, path, "-n", "1")
@@ -120,6 +122,7 @@ def test_culprit_fails_alone(tmp_path):
     assert "fails alone" in row["message"]
 
 
+@pytest.mark.system
 def test_victim_fails_only_after_earlier_cases(tmp_path):
     path, cases = write_cases(tmp_path, "none", "poison", "victim")
     proc, by_id, rows = run_matrix(tmp_path, path, "-n", "1")
@@ -130,6 +133,7 @@ def test_victim_fails_only_after_earlier_cases(tmp_path):
     assert by_id[cases[1].id]["pass"]
 
 
+@pytest.mark.system
 def test_sticky_device_error_retires_the_worker(tmp_path):
     path, cases = write_cases(tmp_path, "sticky", "none", "none")
     proc, by_id, rows = run_matrix(tmp_path, path, "-n", "1")
@@ -152,6 +156,7 @@ def _wait_rows(path, n, proc, limit=120):
     raise AssertionError(f"never saw {n} rows (exit {proc.poll()})")
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_interrupted_run_keeps_rows_and_resumes(tmp_path, sig):
     path, cases = write_cases(tmp_path, "none", "none", "slow", "none")
@@ -159,13 +164,18 @@ def test_interrupted_run_keeps_rows_and_resumes(tmp_path, sig):
     # The slow case runs while the signal arrives (0.5-0.7 s after it started). It lasts
     # 4 s, not longer: after SIGTERM, xdist's shutdown waits for the worker's case to end
     # (execnet gives it 5 s before interrupting it), so a longer case only idles the test.
-    env = dict(os.environ, FAULTS_SLOW_S="4")
+    from process_watch import new_mark, poll, worker_in_a_case
+    mark = new_mark()
+    env = dict(os.environ, FAULTS_SLOW_S="4", **dict([mark]))
     proc = subprocess.Popen(matrix_cmd(path, results, "-n", "1"), cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        _wait_rows(results, 2, proc)
-        time.sleep(0.5)
+        # Two rows kept and the slow case inside its call: polled, not guessed.
+        def two_rows_kept_and_slow_case_running():
+            _wait_rows(results, 2, proc)
+            return worker_in_a_case("=".join(mark), stage="run", case_id=cases[2].id)
+        poll(two_rows_kept_and_slow_case_running)
         proc.send_signal(sig)
         rc = proc.wait(timeout=60)
     finally:

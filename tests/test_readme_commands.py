@@ -1,6 +1,6 @@
-"""README.md's commands and case ids stay true: every case id it names exists, and the
-quick example commands of its "## Commands" section run as written, from another folder,
-through the `harness` console script."""
+"""The manual's commands and case ids stay true: every case id README.md and docs/*.md name
+exists, and the quick example commands of docs/commands.md run as written, from another
+folder, through the `harness` console script (those runs are the system tier)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+COMMANDS = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+# Every page a reader is sent to: README.md and the manual under docs/.
+README = "\n".join(p.read_text(encoding="utf-8")
+                   for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
 # route/family.variant/tag: `fa2.paged_prefill/strided.q_stride2/bf16-d128-h4x2-p16-nhd`
 CASE_ID = re.compile(r"\b[a-z0-9_]+\.[a-z0-9_]+/[a-z0-9_]+\.[A-Za-z0-9_.]+/[A-Za-z0-9_.-]+")
 TARGETS = ("bundled", "faults", "tests/fault_target.py", "torch-sdpa")
@@ -23,9 +26,9 @@ QUICK = ("harness list", "harness check --target tests/fault_target.py", "harnes
 
 
 def commands_section() -> str:
-    start = README.index("## Commands\n")
-    end = README.index("\n## ", start + 1)
-    return README[start:end]
+    start = COMMANDS.index("## Examples\n")
+    end = COMMANDS.index("\n## ", start + 1)
+    return COMMANDS[start:end]
 
 
 def example_commands() -> list[tuple[str, int]]:
@@ -59,7 +62,7 @@ def listed(target: str) -> frozenset:
 
 
 def test_readme_names_case_ids():
-    assert CASE_ID.findall(README), "the README names no case id; the pattern is out of date"
+    assert CASE_ID.findall(README), "the manual names no case id; the pattern is out of date"
 
 
 @pytest.mark.parametrize("case_id", sorted(set(CASE_ID.findall(README))))
@@ -68,10 +71,10 @@ def test_every_case_id_in_the_readme_exists(case_id):
     for target in TARGETS:
         ids = listed(target)
         if any(i.startswith(route + "/") for i in ids):
-            assert case_id in ids, f"README.md names {case_id}, which `harness list --target " \
+            assert case_id in ids, f"the manual names {case_id}, which `harness list --target " \
                                    f"{target}` does not list"
             return
-    pytest.fail(f"README.md names {case_id}: no target has route {route}")
+    pytest.fail(f"the manual names {case_id}: no target has route {route}")
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +96,7 @@ def test_the_commands_section_has_quick_examples():
     assert any(c.startswith("harness check --target tests/fault_target.py") for c in quick), example_commands()
 
 
+@pytest.mark.system   # a fresh console script per command, as a reader types it
 @pytest.mark.parametrize("command,status", [c for c in example_commands() if c[0].startswith(QUICK)],
                          ids=[c for c, _ in example_commands() if c.startswith(QUICK)])
 def test_readme_command_runs_as_written(command, status, harness_on_path, tmp_path):
