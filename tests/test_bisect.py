@@ -16,6 +16,8 @@ import pytest
 
 from harness.tools.bisect import bisect
 
+pytestmark = pytest.mark.system   # real processes: the subject of every test here
+
 ROOT = Path(__file__).resolve().parent.parent
 
 STUB = '''

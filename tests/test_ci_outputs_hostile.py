@@ -114,6 +114,7 @@ def assert_annotations_are_plain(lines: str) -> None:
         assert all(unicodedata.category(c) not in ("Cc", "Cf", "Zl", "Zp") for c in line), line
 
 
+@pytest.mark.system
 def test_a_case_id_with_control_escape_and_bidi_characters(tmp_path):
     """\\x01, ESC and U+202E in a case id (and every other field): the JUnit XML parses and
     its repro line is clean, the step summary has no markup from the table, and the
@@ -145,6 +146,7 @@ hostile = st.lists(st.one_of(st.sampled_from(list("<>[]()!*_~`&|\\@#:/.\n\r\x00\
                             st.text(max_size=3)), max_size=14).map("".join)
 
 
+@pytest.mark.system
 @settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(hostile)
@@ -165,6 +167,7 @@ def test_fuzzed_junit_xml_parses(text):
     assert len(root.findall(".//testcase")) == len(rows)
 
 
+@pytest.mark.system
 @pytest.mark.skipif(CMARK is None, reason="cmark-gfm is not installed")
 def test_cmark_renders_no_tag_from_a_hostile_table(tmp_path):
     _, md, _ = _outputs(_rows(MD_PAYLOAD), tmp_path)

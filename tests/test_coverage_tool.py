@@ -144,6 +144,7 @@ def _forked_run(tmp_path: Path, flush: str) -> tuple[str, int]:
     return proc.stdout.strip(), coverage.function_hits(run_dir / "gcda", "kernels_prefill")
 
 
+@pytest.mark.system
 @needs_gcov
 def test_a_forked_child_that_leaves_by_os_exit_writes_its_counts(tmp_path):
     outcome, hits = _forked_run(tmp_path, "on")

@@ -8,6 +8,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.engine import device_memory as dm
 from harness.targets import load_target
 
@@ -74,6 +76,7 @@ def test_holders_never_exceed_the_usable_shares(tmp_path):
     assert sorted(met) == ["a", "b"] and not both_in.broken
 
 
+@pytest.mark.system
 def test_a_dead_holder_frees_its_shares(tmp_path):
     script = ("import sys, time\nfrom harness.engine import device_memory as dm\n"
               f"with dm.held({str(tmp_path)!r}, dm.USABLE):\n"

@@ -201,6 +201,7 @@ def wait_for_rows(results: Path, n: int, deadline: float) -> None:
     raise AssertionError(f"{results}: fewer than {n} rows")
 
 
+@pytest.mark.system
 def test_a_killed_pytest_child_is_one_line_with_the_rows_kept_and_the_resume_command(tmp_path):
     proc, cases, results = start_slow_check(tmp_path)
     try:
@@ -221,6 +222,7 @@ def test_a_killed_pytest_child_is_one_line_with_the_rows_kept_and_the_resume_com
     assert "PASS" not in out and "Traceback" not in err
 
 
+@pytest.mark.system
 def test_a_stopped_controller_is_ended_by_the_parent_with_the_rows_kept(tmp_path):
     """SIGSTOP of the pytest controller alone: the parent `harness check` sees it stopped
     (its state in /proc), ends it once it has been stopped past the case timeout, and says

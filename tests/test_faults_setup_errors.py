@@ -12,6 +12,8 @@ import pytest
 from fault_target import fault_case
 from harness.engine import pytest_root
 
+pytestmark = pytest.mark.system   # real processes: the subject of every test here
+
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED_CASE = "fa2.single_prefill/valid.grid/bf16-d64-h2x2-q1k1-full-nhd"
 

@@ -11,6 +11,8 @@ import pytest
 
 from harness.engine.held_start import EXIT_CALLED_OFF, HeldChild
 
+pytestmark = pytest.mark.system   # real processes: the subject of every test here
+
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = ("import sys; from harness.engine.held_start import wait_for_go\n"
          "path = wait_for_go()\n"

@@ -45,6 +45,7 @@ def _c_exports(path) -> list[str]:
                   and not f[2].startswith("_Z"))
 
 
+@pytest.mark.system
 def test_default_library_exports_the_c_abi_and_reads_no_environment():
     default, testonly = build.build_info("default")["path"], build.build_info("testonly")["path"]
     assert _c_exports(default) == C_ABI
@@ -126,6 +127,7 @@ def test_fault_library_refusals(monkeypatch):
     assert _lib._handle is None or testonly.active_fault() is None
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("env,words", [({"KERNELS_TESTONLY": "1", "KERNELS_TESTONLY_FAULT": "no_such"}, "unknown"),
                                        ({"KERNELS_TESTONLY_FAULT": "merge_no_max"}, "KERNELS_TESTONLY=1"),
                                        ({"KERNELS_TESTONLY": "1", "KERNELS_TESTONLY_FAULT": "softmax_no_max"},
@@ -153,6 +155,7 @@ def test_a_process_started_with_a_fault_loads_the_fault_library_once(env, words)
     assert len(lines) == 2 and all(words in ln for ln in lines), lines
 
 
+@pytest.mark.system
 def test_gpu_compile_only_nvidia_testonly():
     if build._find("nvcc", "/usr/local/cuda/bin/nvcc") is None:
         pytest.skip("nvcc not installed")
@@ -168,6 +171,7 @@ def test_key_depends_on_platform_and_arch():
     assert len(keys) == 3
 
 
+@pytest.mark.system
 def test_concurrent_builds_build_once(tmp_path):
     env = {**os.environ, "KERNELS_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "kernels.build", "--platform", "host"]
@@ -188,6 +192,7 @@ def test_missing_compiler_is_one_clear_error(monkeypatch, platform, arch, words)
     assert words in str(e.value)
 
 
+@pytest.mark.system
 def test_gpu_compile_only_nvidia():
     if build._find("nvcc", "/usr/local/cuda/bin/nvcc") is None:
         pytest.skip("nvcc not installed")
@@ -208,6 +213,7 @@ def _make_amd_archs() -> list[str]:
     return line.split("--arch", 1)[1].split()[0].split(",")
 
 
+@pytest.mark.system
 def test_amd_build_check_covers_every_arch():
     assert _make_amd_archs() == AMD_ARCHS
 
@@ -226,6 +232,7 @@ def test_amd_isa_versions():
         9010, 9400, 9402, 9500, 10300]
 
 
+@pytest.mark.system
 def test_gpu_compile_only_amd():
     """Every arch of `make amd-build-check` compiles to a device code object, with the toolchain
     named; an arch no installed toolchain accepts fails the run, so none drops out silently."""

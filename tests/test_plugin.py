@@ -10,6 +10,8 @@ from harness.engine import pytest_root
 from harness.results import table
 from fault_target import fault_case
 
+pytestmark = pytest.mark.system   # real processes: the subject of every test here
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -105,6 +105,7 @@ def test_the_html_report_of_a_hostile_table_escapes_every_field(tmp_path):
     assert not Path("/tmp/harness-pwned").exists()
 
 
+@pytest.mark.system
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make browser-deps "
                                              "installs it)")
 def test_no_script_from_a_hostile_table_runs_in_a_browser(tmp_path):
@@ -161,6 +162,7 @@ def test_the_markdown_of_a_hostile_table_is_text_only():
         assert set(cells) == {cells[0]}, block
 
 
+@pytest.mark.system
 def test_a_report_without_out_is_named_by_the_table_file_never_its_rows(tmp_path):
     rows = []
     for i, payload in enumerate(PAYLOADS):

@@ -16,8 +16,9 @@ from reports.html import render_html
 from test_reports import parse, row, table
 
 CHROMIUM = "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else shutil.which("chromium")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (make browser-deps installs it)")
+pytestmark = [pytest.mark.system,   # a real browser renders every page here
+              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                                                          "(make browser-deps installs it)")]
 
 
 def dump_dom(path, tmp_path, fragment: str = "") -> str:

@@ -249,6 +249,7 @@ def _stand_in_tool(tmp_path: Path, body: str) -> Path:
     return path
 
 
+@pytest.mark.system
 def test_replay_runs_repro_in_process_under_the_tool_and_parses_its_report(tmp_path, monkeypatch):
     # The stand-in runs the command after its own options (the real repro, which prints the
     # row) and then prints memcheck's report, as the tool would.
@@ -276,6 +277,7 @@ def test_replay_runs_repro_in_process_under_the_tool_and_parses_its_report(tmp_p
     assert replayed["disable_guards"] == "g1"
 
 
+@pytest.mark.system
 def test_a_replay_past_its_timeout_is_a_report_and_leaves_no_process(tmp_path):
     tool = _stand_in_tool(tmp_path, "time.sleep(60)\n")
     start = time.monotonic()
@@ -290,6 +292,7 @@ def test_a_replay_past_its_timeout_is_a_report_and_leaves_no_process(tmp_path):
         os.kill(pid, 0)
 
 
+@pytest.mark.system
 def test_a_replay_that_never_ran_the_case_is_a_report_not_a_clean_run(tmp_path):
     # repro's exit 4 (an unknown case id) under a tool that found nothing: not a clean run.
     tool = _stand_in_tool(tmp_path, (
@@ -305,6 +308,7 @@ def test_a_replay_that_never_ran_the_case_is_a_report_not_a_clean_run(tmp_path):
                             tool_path=str(clean)) is None   # a failing row, nothing found
 
 
+@pytest.mark.system
 def test_find_tool_looks_in_path_then_cuda_home(tmp_path, monkeypatch):
     tool = _stand_in_tool(tmp_path, "")
     monkeypatch.setenv("PATH", str(tool.parent))

@@ -157,6 +157,7 @@ def test_the_printed_repro_command_is_the_harness_command_and_files_go_under_cwd
     assert not os.path.isabs(out_dir) and out_dir.startswith("results")
 
 
+@pytest.mark.system
 def test_a_shrunk_guards_off_case_is_a_regression_test(tmp_path):
     """Shrunk with the guards off, saved, then replayed by `check --cases-file`: it fails as
     the library was before its fix and passes with the fix (the guards on), because its

@@ -62,6 +62,7 @@ def _run_isolated(path: Path, tmp_path: Path, **env):
     return run_isolated(path, tmp_path, timeout=300, **env)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("target,guards,case_id,outcome", SAMPLE,
                          ids=[s[2].split("/", 1)[1] + f"@{s[0]}" for s in SAMPLE])
 def test_script_agrees_with_the_row(tmp_path, target, guards, case_id, outcome):
@@ -90,6 +91,7 @@ def test_script_agrees_with_the_row(tmp_path, target, guards, case_id, outcome):
     assert done.returncode == (0 if row["pass"] else 1), (done.stdout, done.stderr[-2000:])
 
 
+@pytest.mark.system
 def test_the_guards_env_is_only_a_default(tmp_path):
     """A guards-off script with the guards turned back on shows the fix: the refusal."""
     case_id = "fa2.single_prefill/gqa.q12_over_kv8/bf16-d128-h12x8"
@@ -183,6 +185,7 @@ def test_repro_standalone_on_an_unwritable_case_is_one_line_exit_2(tmp_path, cap
     assert not (tmp_path / "x.py").exists()
 
 
+@pytest.mark.system
 def test_one_script_per_failure_class(tmp_path):
     from harness.tools.standalone import write_class_repros
     ids = ["fa2.ragged_prefill/strided.q_stride2/fp16-d64-h4x2",

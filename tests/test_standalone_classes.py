@@ -69,6 +69,7 @@ def _agree(target, guards, samples, outside):
         yield cid, row, path, result
 
 
+@pytest.mark.system
 def test_bundled_guards_off_classes_reproduce(outside):
     done = list(_agree("bundled", "all", BUNDLED_OFF, outside))
     assert done[1][3].outcome == "died SIGFPE"

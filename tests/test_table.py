@@ -63,6 +63,7 @@ for i in range(50):
 """
 
 
+@pytest.mark.system
 def test_concurrent_appends_never_interleave(tmp_path):
     import os
     import subprocess

@@ -156,6 +156,7 @@ LOCKER = ("import sys, time\n"
           "sys.stdin.read()\n")
 
 
+@pytest.mark.system
 def test_one_writer_per_table_and_the_lock_names_the_pid(tmp_path):
     path = tmp_path / "t.jsonl"
     holder = subprocess.Popen([sys.executable, "-c", LOCKER, str(path)], cwd=ROOT,
@@ -196,6 +197,7 @@ def _limit_file_size(limit: int):
     return apply
 
 
+@pytest.mark.system
 def test_a_write_that_fails_part_way_leaves_whole_rows(tmp_path):
     path = tmp_path / "t.jsonl"
     row = table.normalize_row(_row())

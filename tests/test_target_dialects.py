@@ -80,6 +80,7 @@ def test_an_installed_target_catches_its_planted_defect_everywhere(tmp_path, spe
     assert json.loads(shrunk.stdout)["outcome"] == "wrong"
 
 
+@pytest.mark.system
 def test_a_target_from_a_file_runs_under_check_and_explore(tmp_path):
     spec = str(USER / "usersdpa" / "__init__.py") + ":make_nocausal"
     env = dict(os.environ)   # nothing on PYTHONPATH: the file path alone finds it
@@ -99,6 +100,7 @@ def test_a_target_from_a_file_runs_under_check_and_explore(tmp_path):
         explore.stdout[-3000:] + explore.stderr[-2000:])
 
 
+@pytest.mark.system
 def test_a_target_that_cannot_load_is_our_error_never_a_crash(tmp_path):
     case = {"route": "sdpa.single_prefill", "family": "valid", "variant": "x",
             "params": {"dtype": "fp32", "head_dim": 8, "num_qo_heads": 1, "qo_lens": [2],
