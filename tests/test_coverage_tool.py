@@ -154,6 +154,7 @@ def test_a_forked_child_that_leaves_by_os_exit_writes_its_counts(tmp_path):
 
 
 @needs_gcov
+@pytest.mark.system
 def test_a_check_counts_the_kernel_it_ran_in_its_workers(tmp_path, monkeypatch):
     """A real run: its xdist worker leaves by os._exit, so every count is flushed ones."""
     monkeypatch.setattr(coverage, "OUT_ROOT", tmp_path)

@@ -90,10 +90,12 @@ def test_bundled_misplanned_feature_and_corrupt_classes_reproduce(outside):
     assert "canary after out" in done[2][3].tail
 
 
+@pytest.mark.system
 def test_torch_sdpa_class_reproduces(outside):
     list(_agree("torch-sdpa", None, SDPA, outside))
 
 
+@pytest.mark.system
 def test_vllm_cpu_class_reproduces(outside):
     why = _vllm_missing()
     if why:
