@@ -26,7 +26,6 @@ SLOW = {
     # load: the order is what counts).
     "test_report_hostile.py::test_random_rows_load_or_fail_in_one_line_and_always_render": 34,
     "test_shrink.py::test_derived_fields_follow_the_shrunk_params_in_every_rebuilding_family": 26,
-    "test_target_dialects.py::test_an_installed_target_catches_its_planted_defect_everywhere": 21,
     "test_explore.py::test_found_failures_are_saved_and_replay_the_same": 20,
     "test_features_detection.py::test_fault_fails_its_feature_and_passes_every_case_without_it": 16,
     "test_features_detection.py::test_the_faultless_test_only_library_passes_every_feature_case": 17,
