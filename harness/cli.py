@@ -4,8 +4,8 @@
 `python -m harness`); it runs this checkout from any folder and resolves
 every path option and the results folder against the current folder.
 
-`check` runs the same pytest session as `pytest cases/ -n auto` (in a child
-process, so the plugin's controller owns the run exactly as it does under
+`check` runs the same pytest session as `pytest harness/engine/pytest_root -n auto`
+(in a child process, so the plugin's controller owns the run exactly as it does under
 plain pytest), then reads the table it wrote and summarizes it. No case is
 rerun unless --reruns asks, and then every attempt is kept on the row: a
 failing attempt fails the row (harness/engine/attempts.py).

@@ -18,7 +18,8 @@ import os
 import sys
 
 # Set by `harness check` for its child pytest; its xdist workers inherit it. A pytest run
-# without it (the project's own tests, a user's `pytest cases`) exits the ordinary way.
+# without it (the project's own tests, a user's own pytest over pytest_root/) exits the
+# ordinary way.
 ENV = "HARNESS_FAST_EXIT"
 
 

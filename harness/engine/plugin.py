@@ -2,7 +2,7 @@
 
 Its concerns are named plugins under harness/engine/plugins/, registered from the one list
 below as pytest registers its own default plugins: pytest imports each module named in
-`pytest_plugins` when it loads this one (cases/conftest.py names this module).
+`pytest_plugins` when it loads this one (harness/engine/pytest_root/conftest.py names it).
 
   options      the check's options and the set-up checks made before any case
   lifecycle    a process tied to its parent, a stop in one line, a fast exit
@@ -14,7 +14,7 @@ The controller's hooks (controller.py, xdist_nodes.py, watchdog.py, replay.py, r
 hold the run, so configure registers them as objects once the run is settled. Held start
 (held.py) and the table's lock and resume (results_table.py) are helpers with no hooks.
 
-The names below stay importable from here (cases/test_matrix.py imports run_case).
+The names below stay importable from here (pytest_root/test_matrix.py imports run_case).
 """
 from __future__ import annotations
 
