@@ -54,3 +54,32 @@ def test_reruns_are_judged_over_every_attempt(prior, final, outcome, passed):
     row = combine_rows(prior, dict(final, message=""))
     assert (row["outcome"], row["pass"]) == (outcome, passed)
     assert len(row["attempts"]) == len(prior) + 1
+
+
+# An attempt the harness failed itself (its own allocation ran out of device memory) is ours:
+# attempts that disagree because of it are never the library's `nondeterministic` (measured on
+# an H200: attempt 1 harness_error OOM, attempt 2 match was written nondeterministic).
+def test_an_attempt_of_ours_beside_a_match_is_ours_and_fails():
+    r, records = combine_results([result("harness_error", False, message="OutOfMemoryError"),
+                                  result("match", True, 0.0)])
+    assert (r.outcome, r.passed) == ("harness_error", False)
+    assert "OutOfMemoryError" in r.message and len(records) == 2
+
+
+def test_an_attempt_of_ours_never_hides_the_librarys_failure():
+    r, _ = combine_results([result("harness_error", False), result("wrong", False, 0.5),
+                            result("wrong", False, 0.5)])
+    assert (r.outcome, r.passed) == ("wrong", False)
+    assert "harness's own failure" in r.message
+
+
+@pytest.mark.parametrize("prior,final,outcome", [
+    ([{"outcome": "harness_error", "pass": False}], {"outcome": "match", "pass": True},
+     "harness_error"),
+    ([{"outcome": "harness_error", "pass": False}], {"outcome": "wrong", "pass": False}, "wrong"),
+    ([{"outcome": "harness_error", "pass": False}, {"outcome": "match", "pass": True}],
+     {"outcome": "wrong", "pass": False}, "nondeterministic"),
+])
+def test_reruns_with_an_attempt_of_ours(prior, final, outcome):
+    row = combine_rows(prior, dict(final, message=""))
+    assert (row["outcome"], row["pass"]) == (outcome, False)

@@ -25,6 +25,17 @@ def _fmt(record: dict) -> str:
     return f"{record['outcome']}{tail}"
 
 
+# An attempt the harness itself failed (its allocation ran out of memory, its set-up raised)
+# never made the library's call, so attempts that disagree because of it say nothing about the
+# library: the row is ours, never the library's `nondeterministic`.
+OURS = "harness_error"
+
+
+def ours(records: Sequence[dict]) -> int | None:
+    """The index of the first attempt the harness failed itself, or None."""
+    return next((i for i, r in enumerate(records) if r.get("outcome") == OURS), None)
+
+
 def disagreement(records: Sequence[dict]) -> str | None:
     """The first pair of attempts whose outcomes differ, in words; None when they agree."""
     first = records[0]
@@ -64,6 +75,18 @@ def combine_results(results: Sequence):
     """One CaseResult from N repeats of execute_case (harness/engine/execute.py)."""
     first = results[0]
     records = [attempt_record(r.outcome, r.passed, r.max_abs_diff) for r in results]
+    mine = ours(records)
+    if mine is not None and len(records) > 1:
+        theirs = [r for r in results if r.outcome != OURS]
+        if theirs and not all(r.passed for r in theirs):
+            # The library's own attempts failed: that is its verdict, judged among them.
+            row, _ = combine_results(theirs)
+            return replace(row, message=f"{row.message}; {len(results) - len(theirs)} other "
+                                        f"attempt(s) were the harness's own failure"), records
+        bad = results[mine]
+        return replace(bad, passed=False, message=(
+            f"attempt {mine + 1} of {len(records)} was the harness's own failure (the case "
+            f"was not fully performed): {bad.message}")), records
     why = disagreement(records)
     if why is None:
         for i, other in enumerate(results[1:], 2):
@@ -90,6 +113,17 @@ def combine_rows(prior: Sequence[dict], final: dict) -> dict:
         attempt_record(final["outcome"], final.get("pass", False), final.get("max_abs_diff"))]
     row = dict(final, attempts=records)
     row["pass"] = bool(final.get("pass")) and all(r["pass"] for r in records)
+    mine = ours(records)
+    if mine is not None and final.get("outcome") != OURS:
+        theirs = [r for r in records if r.get("outcome") != OURS]
+        if all(r["pass"] for r in theirs):
+            # Every attempt the library made passed, but one was never made: not a pass.
+            row["outcome"], row["pass"] = OURS, False
+            row["message"] = (f"attempt {mine + 1} of {len(records)} was the harness's own "
+                              f"failure (the case was not fully performed)"
+                              + (f"; last attempt: {final['message']}" if final.get("message") else ""))
+            return row
+        records = theirs   # the library's failing attempts are judged among themselves
     why = disagreement(records)
     if why is not None and final.get("outcome") != "nondeterministic":
         row["outcome"] = "nondeterministic"
