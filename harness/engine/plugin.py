@@ -18,24 +18,36 @@ The names below stay importable from here (pytest_root/test_matrix.py imports ru
 """
 from __future__ import annotations
 
+# Each after the plugins it imports: pytest must import a plugin module itself (to rewrite
+# its asserts), so none may be imported before its turn.
 PLUGINS = (
     "harness.engine.plugins.options",
     "harness.engine.plugins.lifecycle",
-    "harness.engine.plugins.configure",
     "harness.engine.plugins.schedule",
     "harness.engine.plugins.worker",
+    "harness.engine.plugins.configure",
 )
 pytest_plugins = list(PLUGINS)
 
-from harness.engine.plugins.held import PARENT_PID_ENV, held_env_error, run_report  # noqa: E402
-from harness.engine.plugins.lifecycle import STOP_PREFIX, die_with_parent, stop_now  # noqa: E402
-from harness.engine.plugins.options import (  # noqa: E402
-    GUARDS_ENV, KERNEL_PLATFORMS, check_guard_names, selection_of, setup_errors)
-from harness.engine.plugins.schedule import (  # noqa: E402
-    HEAVY_WORK, heaviest_first, one_case_at_a_time as _one_case_at_a_time)
-from harness.engine.plugins.worker import run_case  # noqa: E402
+# name here -> (module under harness/engine/plugins/, its name there). Resolved on first use
+# (PEP 562), never at this module's import, for the same reason.
+_EXPORTS = {
+    "PARENT_PID_ENV": ("held", "PARENT_PID_ENV"), "held_env_error": ("held", "held_env_error"),
+    "run_report": ("held", "run_report"),
+    "STOP_PREFIX": ("lifecycle", "STOP_PREFIX"), "die_with_parent": ("lifecycle", "die_with_parent"),
+    "stop_now": ("lifecycle", "stop_now"),
+    "GUARDS_ENV": ("options", "GUARDS_ENV"), "KERNEL_PLATFORMS": ("options", "KERNEL_PLATFORMS"),
+    "check_guard_names": ("options", "check_guard_names"),
+    "selection_of": ("options", "selection_of"), "setup_errors": ("options", "setup_errors"),
+    "HEAVY_WORK": ("schedule", "HEAVY_WORK"), "heaviest_first": ("schedule", "heaviest_first"),
+    "_one_case_at_a_time": ("schedule", "one_case_at_a_time"),
+    "run_case": ("worker", "run_case"),
+}
 
-__all__ = ["PLUGINS", "PARENT_PID_ENV", "STOP_PREFIX", "GUARDS_ENV", "KERNEL_PLATFORMS",
-           "HEAVY_WORK", "check_guard_names", "die_with_parent", "heaviest_first",
-           "held_env_error", "run_case", "run_report", "selection_of", "setup_errors",
-           "stop_now", "_one_case_at_a_time"]
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    module, attr = _EXPORTS[name]
+    return getattr(importlib.import_module(f"harness.engine.plugins.{module}"), attr)
