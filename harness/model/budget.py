@@ -287,3 +287,49 @@ def _check_size(value, what: str) -> None:
         raise CasesFileError(f"{what} = {value}: must be 0 or more")
     if value >= MAX_TOKENS:
         raise CasesFileError(f"{what} = {value:,}: at or past 2^31")
+
+
+# far_rows (harness/targets/layout.py): the last FAR_ROWS_PAST rows of a "k_far" / "v_far"
+# view start past element 2^31 of one buffer.
+FAR_ROWS_PAST = 4
+
+
+def device_bytes_estimate(params: dict, op: str | None = None) -> int:
+    """case_bytes_estimate on a GPU, where every allocation is resident whole: a page pool
+    past FULL_POISON_ELEMS counts in full (its page_id_offset pages too) and a far-rows
+    view counts its whole buffer, each twice (a device input past builders.SNAPSHOT_ELEMS
+    is snapshotted by a device copy). What the host's lazy pages save does not apply."""
+    total = case_bytes_estimate(params, op)
+    if op is None or op in PAGED_OPS:
+        total += 2 * _whole_pool_bytes(params) - page_pool_bytes(params)
+    return total + 2 * far_rows_bytes(params)
+
+
+def _whole_pool_bytes(params: dict) -> int:
+    """The k and v pools build_paged allocates, every page counted (an HND layout's copy too)."""
+    page = _int(params, "page_size", 16) or 1
+    hkv = _int(params, "num_kv_heads", 0) or _int(params, "num_qo_heads", 1)
+    d = _int(params, "head_dim", 1)
+    dv = _int(params, "head_dim_vo", 0) or d
+    width = DTYPE_BYTES.get(str(params.get("dtype", "bf16")), 8)
+    pool = max(_int(params, "page_id_offset", 0)
+               + sum(-(-n // page) for n in _lens(params, "kv_lens")), 1)
+    copies = 2 if str(params.get("layout", "NHD")) == "HND" else 1
+    return pool * page * hkv * (d + dv) * width * copies
+
+
+def far_rows_bytes(params: dict) -> int:
+    """The buffer under a "k_far" / "v_far" view: (rows - 1) token strides and a row, the
+    stride putting the last FAR_ROWS_PAST rows past element 2^31; 0 for any other case."""
+    side = {"k_far": "head_dim", "v_far": "head_dim_vo"}.get(str(params.get("strided")))
+    if side is None:
+        return 0
+    rows = sum(_lens(params, "kv_lens"))
+    if rows <= FAR_ROWS_PAST:
+        return 0      # far_rows refuses it (a Skip): nothing allocated
+    hkv = _int(params, "num_kv_heads", 0) or _int(params, "num_qo_heads", 1)
+    dim = _int(params, side, 0) or _int(params, "head_dim", 1)
+    row = hkv * dim
+    stride = max(-(-(1 << 31) // (rows - FAR_ROWS_PAST)), row)
+    width = DTYPE_BYTES.get(str(params.get("dtype", "bf16")), 8)
+    return ((rows - 1) * stride + row) * width

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.engine import after_call, device_memory, forkserver, isolation, precheck
+from harness.engine import after_call, device_memory, forkserver, heavy_gate, isolation, precheck
 from harness.engine.perform import execute_repeated, failure_text, row_context
 from harness.engine.row import case_row
 from harness.engine.session import RUN, ROW_KEY, Run, default_profile, get_run
@@ -66,7 +66,10 @@ def _case_row(run: Run, case) -> dict:
         # Started before the case's timer: its start-up is no part of the case. The child's
         # own timer (the case's timeout) then fires first and names the child's stage.
         forkserver.server_for(run.opt("target"))
-    with device_memory.held(run.state_dir, shares):   # before the hang timer starts
+    # Inside the shares, never around them (heavy_gate: no worker waits for shares while
+    # holding the gate); both before the hang timer starts.
+    gate = heavy_gate.for_case(run.state_dir, case, precheck.adapter_bytes(case, target))
+    with device_memory.held(run.state_dir, shares), heavy_gate.held(gate):
         state.begin(case.id, forkserver.worker_timeout(timeout) if forked else timeout)
         row = None
         try:
@@ -75,11 +78,17 @@ def _case_row(run: Run, case) -> dict:
                 row = forkserver.forked_row(case, run.opt("target"), target, run.repeat(),
                                             timeout, run.context)
             else:
-                result, attempts = execute_repeated(case, target, run.repeat(),
-                                                    on_stage=state.stage)
+                # Our own out-of-memory error while building inputs: once more, alone on the
+                # device (heavy_gate.Gate.run); the wait for it is no part of the case's time.
+                result, attempts = gate.run(
+                    lambda on_stage: execute_repeated(case, target, run.repeat(),
+                                                      on_stage=on_stage),
+                    on_stage=state.stage, pause=lambda: _pause_timer(state, case.id),
+                    resume=lambda: state.begin(case.id, timeout))
         finally:
             state.end(case.id)
-            late = after_call.release(shares)   # never raises: judged with the row
+            # never raises: judged with the row
+            late = after_call.release(shares or gate.release_cache())
     if row is None:
         row = case_row(case, result, attempts=attempts, repeat=run.repeat(),
                        profile=run.opt("profile") or default_profile(), **run.context)
@@ -89,6 +98,15 @@ def _case_row(run: Run, case) -> dict:
     if retire is not None:
         run.retire_reason = retire
     return row
+
+
+def _pause_timer(state: isolation.WorkerState, case_id: str) -> None:
+    """Stop the case's hang timer while it waits at the gate: its own timer disarmed, and a
+    state with no timeout, which the watchdog passes over (the case is still named, so a
+    death while waiting is still this case's)."""
+    import faulthandler
+    faulthandler.cancel_dump_traceback_later()
+    state.begin(case_id, None)
 
 
 @pytest.hookimpl(tryfirst=True)
