@@ -443,3 +443,16 @@ def test_check_with_an_unwritable_results_folder_is_one_line(tmp_path, capsys):
     line = _one_line(capsys.readouterr().err)
     assert line.startswith(f"check: cannot write the results table {results}")
     assert "--results-dir" in line
+
+
+def test_the_eta_weighs_the_cases_left_by_their_cost(tmp_path):
+    """Two light cases done in 10 s and one case of 50 times their cost left (a long case
+    still running): about 500 s left, not the 5 s the row count says."""
+    import io
+    progress = check.Progress(tmp_path / "r.jsonl", total=3, stream=io.StringIO(), interval=0,
+                              costs={"a": 1, "b": 1, "long": 100})
+    progress.started, progress.first_row_at, progress.ids = 0.0, 5.0, {"a", "b"}
+    assert progress.seconds_left(10.0, 1) == 500.0
+    plain = check.Progress(tmp_path / "r.jsonl", total=3, stream=io.StringIO(), interval=0)
+    plain.started, plain.first_row_at, plain.ids = 0.0, 5.0, {"a", "b"}
+    assert plain.seconds_left(10.0, 1) == 5.0

@@ -144,6 +144,12 @@ class Run:
         from harness.engine import identity
         return identity.describe(self.target(), self.opt("target"))
 
+    def costs(self) -> dict:
+        """case id -> estimated cost (harness/model/shard.py), the same units --shard balances:
+        what `harness check`'s ETA weighs the cases left by."""
+        from harness.model.shard import cost
+        return {c.id: cost(c) for c in self.cases()}
+
     def default_table(self, selection: str = "") -> Path:
         """The table a run without --results writes (a plain `pytest` run; `harness check`
         names it the same way in its parent): named for the library and its commit, with

@@ -73,7 +73,7 @@ class Progress:
     """
 
     def __init__(self, path: Path, total: int, done_before=(), stream=None,
-                 interval: float | None = None):
+                 interval: float | None = None, costs: dict | None = None):
         from datetime import datetime, timezone
         self.path, self.total, self.before = Path(path), total, set(done_before)
         self.stream = stream if stream is not None else sys.stderr
@@ -84,6 +84,10 @@ class Progress:
         self.first_row_at: float | None = None
         self.offset, self.ids, self.failing, self.drawn = 0, set(), 0, False
         self.inode: int | None = None
+        # case id -> estimated cost (the held child's report): the ETA weighs what is left by
+        # it, so a few long cases still running are not read as a few seconds of work.
+        self.costs = dict(costs or {})
+        self.expected = set(self.costs)
 
     @property
     def done(self) -> int:
@@ -123,9 +127,19 @@ class Progress:
         # The rate from rows seen over a few seconds: workers start slowly, then finish
         # cases in bursts.
         if left > 0 and len(self.ids) >= 3 and now - (self.first_row_at or now) >= 2 * POLL_S:
-            per_row = (now - self.first_row_at) / (len(self.ids) - 1)
-            text += f", about {_clock(per_row * left)} left"
+            text += f", about {_clock(self.seconds_left(now, left))} left"
         return text
+
+    def seconds_left(self, now: float, left: int) -> float:
+        """Rows left at the rate rows came; with the cases' costs, the cost left (the long
+        cases still running included) at the rate cost was done."""
+        elapsed = now - self.started
+        done_cost = sum(self.costs.get(i, 0) for i in self.ids)
+        if self.costs and done_cost > 0:
+            left_cost = sum(c for i, c in self.costs.items()
+                            if i not in self.ids and i not in self.before)
+            return left_cost * elapsed / done_cost
+        return (now - self.first_row_at) / (len(self.ids) - 1) * left
 
     def tick(self) -> None:
         self.poll()
@@ -207,7 +221,8 @@ def run_check_child(child, args, results: Path, expected: set) -> int | None:
         before = table.done_case_ids(results) & expected if args.resume else set()
     except (OSError, ValueError):
         before = set()   # the child says what is wrong with the table
-    progress = Progress(results, len(expected), before)
+    costs = {i: c for i, c in (getattr(args, "costs", None) or {}).items() if i in expected}
+    progress = Progress(results, len(expected), before, costs=costs)
     log, proc = child.log, child.proc
     from harness.tools.environment import limits, limits_text
     overrides = limits_text(limits(args))
@@ -381,6 +396,7 @@ def _check_run(args, report: dict | None) -> str | None:
         # Unknown names, or a target whose library is missing: say so, run nothing.
         return str(report["error"])
     args.expected_ids = set(report.get("ids") or ())
+    args.costs = report.get("costs") if isinstance(report.get("costs"), dict) else None
     if not args.expected_ids and not args.resume:
         args.why_code = EXIT_EMPTY
         return (f"no cases selected (--target {args.target}, --family {args.family or 'all'}, "

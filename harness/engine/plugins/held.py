@@ -35,7 +35,8 @@ def run_report(config, run: Run) -> dict:
     except (pytest.UsageError, ValueError, OSError, RuntimeError, ImportError) as why:
         return {"error": one_line(why)}
     return {"ids": ids, "arch": platform_info.arch(), "owns_contract": owns,
-            **run.identity()}   # the library's name and commit, which name the table
+            **run.identity(),   # the library's name and commit, which name the table
+            "costs": run.costs()}   # each case's estimated cost, for the parent's ETA
 
 
 def held_env_error() -> str | None:
