@@ -1,7 +1,7 @@
 """One expensive run, shared by the tests that assert on it, once per test session.
 
 Several tests may each assert one thing about the same `harness check` (or pytest over
-cases/) child run. A module-scoped fixture alone would not share it under xdist: each
+harness/engine/pytest_root) child run. A module-scoped fixture alone would not share it under xdist: each
 worker that picks up one of those tests would start the run again. `once` keeps the run's
 JSON-able result in the session's base temp folder, which every xdist worker of the
 session shares (pytest-xdist's documented pattern), behind a file lock: the first test to
