@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from cases import generate
 from harness.engine.execute import execute_case
-from harness.engine.child import replay
+from harness.engine import forkserver
+from harness.engine.child import Spec
 from harness.model.routes import BUNDLED_ROUTES
 
 GUARDS_ENV = "KERNELS_DISABLE_GUARDS"
@@ -26,9 +27,19 @@ def run_guard_off(case, target, guard: str, monkeypatch):
 
 
 def replay_guard_off(case, guard: str, monkeypatch):
-    """The case run in a fresh process with `guard` off: (outcome, message) if it died, else None."""
-    monkeypatch.setenv(GUARDS_ENV, guard)
-    return replay([case], "bundled", timeout_s=60)
+    """The case run with `guard` off in a process of its own: (kind, cause) if it died
+    ("crash" and the signal, or "hang"), else None, as child.replay says it.
+
+    The process is a child forked from a warm fork server (harness/engine/forkserver.py,
+    one per test process, started once with the guards on): a fork, not an interpreter
+    and torch, per case; the spec carries the guard to the child, as a worker's does."""
+    monkeypatch.delenv(GUARDS_ENV, raising=False)   # the server itself starts guarded
+    out = forkserver.run_spec(Spec(target="bundled", cases=[case], disable_guards=guard,
+                                   case_timeout=60), budget_s=120)
+    if not out.died or len(out.rows) != 1:
+        return None
+    row = out.rows[-1]
+    return ("hang" if row["outcome"] == "hang" else "crash"), row.get("error_type") or ""
 
 
 def failures_with_guards_on(cases, target, monkeypatch) -> list[str]:
