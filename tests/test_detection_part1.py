@@ -192,18 +192,18 @@ def test_all_guards_on_every_case_passes(target, monkeypatch):
 
 
 @pytest.mark.parametrize("row", ISOLATED, ids=[_id(r) for r in ISOLATED])
-def test_guard_off_heap_write_is_caught_in_its_own_process(row):
-    import json
-    import subprocess
-    import sys
+def test_guard_off_heap_write_is_caught_in_its_own_process(row, monkeypatch):
+    from harness.engine import forkserver
+    from harness.engine.child import Spec
     case, guard, outcomes = row
     # The case runs in milliseconds: a 3 s case timeout ends a spinning run in 3 s instead
     # of the default 60 (and a run slowed past it by a loaded host is a `hang`, accepted
-    # like the spin itself: no outcome that fails the test depends on the timeout).
-    proc = subprocess.run([sys.executable, "-m", "harness", "repro", case.id, "--json",
-                           "--disable-guards", guard, "--case-timeout", "3"],
-                          capture_output=True, text=True, timeout=300)
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("{"))
-    found = json.loads(line)
+    # like the spin itself: no outcome that fails the test depends on the timeout). Its
+    # process is a child forked from a warm fork server, the row the one a worker writes.
+    monkeypatch.delenv("KERNELS_DISABLE_GUARDS", raising=False)
+    out = forkserver.run_spec(Spec(target="bundled", cases=[case], disable_guards=guard,
+                                   case_timeout=3), budget_s=120)
+    assert len(out.rows) == 1, (out.returncode, out.stderr[-2000:])
+    found = out.rows[-1]
     assert found["outcome"] in outcomes and not found["pass"], found
     assert found["severity"] == "correctness", found
