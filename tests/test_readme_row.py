@@ -2,7 +2,7 @@
 the row runs here (in-process, `cli.main`), and every column shown must equal the row's.
 
 The row's block sits between `<!-- readme-row -->` markers; the README's prose also says the
-same case passes with the guards on, by a refusal that names q: checked here too.
+same case passes with the guards on, by a refusal that names q's stride: checked here too.
 """
 from __future__ import annotations
 
@@ -53,12 +53,12 @@ def test_the_readme_row_is_what_its_command_writes(monkeypatch):
         assert row.get(column) == value, (column, row.get(column), value)
 
 
-def test_with_the_guards_on_the_same_case_is_refused_naming_q(monkeypatch):
+def test_with_the_guards_on_the_same_case_is_refused_naming_q_and_its_stride(monkeypatch):
     monkeypatch.delenv(GUARDS_ENV, raising=False)
     shown = shown_row()
     row = repro(["repro", shown["case_id"], "--json"])
     assert (row["outcome"], row["pass"]) == ("refused", True), row
-    assert re.search(r"\bq\b", row["message"]), row["message"]
+    assert re.search(r"\bq\b", row["message"]) and "stride" in row["message"], row["message"]
 
 
 @pytest.mark.parametrize("column", ["outcome", "pass", "n_wrong", "n_total", "expect"])
