@@ -81,7 +81,8 @@ ONLY = {r.variant: r.only for r in relations.RELATIONS if r.only}
 WORD_BY_OP = {("batch_decode", "rows"): "batch_size|rows"}
 _PAGED_FIELDS = {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
                  "rank", "q_rows", "dtype", "batch_size", "kv_lens", "block_table",
-                 "query_start_loc", "last_page_len", "max_seqlen_q", "max_seqlen_k"}
+                 "query_start_loc", "last_page_len", "max_seqlen_q", "max_seqlen_k",
+                 "plan_handle"}
 APPLIES = {
     "paged_prefill": _PAGED_FIELDS,
     "ragged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "rank",
@@ -131,6 +132,8 @@ def relation_of(op: str, params) -> "relations.Relation":
         variant = f"{field}_below" if value < max(lens) else f"{field}_above"
     elif field in ("kv_rows",):
         variant = "kv_rows_fewer"
+    elif field == "plan_handle":
+        variant = "plan_handle_other_batch"
     else:
         variant = field
     if variant not in relations.BY_VARIANT:

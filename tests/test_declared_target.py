@@ -44,6 +44,7 @@ def _variant_rows(rows, variant):
     ("restaged_indptr.seq_lens", "wrong"),             # (a) plan() kept the caller's seq_lens
     ("misplanned.block_table_negative", "silent"),     # (b) a negative block id wraps around
     ("misplanned.num_qo_heads_more", "silent"),        # (c) run with more heads than planned
+    ("misplanned.plan_handle_other_batch", "wrong"),   # (a) again: another batch's plan
 ])
 def test_each_planted_bug_is_found(runs, variant, outcome):
     rc, rows = runs["make_target"]

@@ -65,7 +65,7 @@ def paged_attention(query, key_cache, value_cache, out, query_start_loc, seq_len
 # ---- the adapter ------------------------------------------------------------------------------
 
 META, RUN = "build_metadata", "paged_attention"
-SIGNATURE = Signature(core="block_table", args=(
+SIGNATURE = Signature(core="declared", args=(
     Arg("seq_lens", "kv_lengths", META, dtype="int32"),
     Arg("query_start_loc", "qo_offsets", META, dtype="int32"),
     Arg("num_seqs", "batch_size", META),

@@ -61,6 +61,7 @@ METADATA_FIELDS = {
     "last_page_len": "a request's last-page length, against 1..page_size",
     "max_seqlen_q": "the stated maximum query length, against the longest request",
     "max_seqlen_k": "the stated maximum kv length, against the longest request",
+    "plan_handle": "what the metadata call returned, handed to the run of another batch",
 }
 # "out": the caller hands the output buffer (out=, lse=); "lse": the LSE can be returned.
 CALL_FORMS = frozenset({"out", "lse"})

@@ -167,6 +167,13 @@ RELATIONS = (
     Relation("max_seqlen_k_below", "max_seqlen_k", lambda p: max(p["kv_lens"]) - 1, "refuse",
              "max_seqlen_k", lambda p: max(p["kv_lens"]),
              "a stated maximum kv length below the longest request's"),
+    # the plan handle from another plan: the run of one batch handed the metadata call's
+    # result for another (the same requests regrouped, restage.first_batch). As the
+    # restaged class: compute the run's batch (its tensors say it) or refuse naming it.
+    Relation("plan_handle_other_batch", "plan_handle", "other_batch", "match_or_refuse",
+             "plan_handle", None,
+             "the run handed a plan made for another batch (its requests regrouped)",
+             ops=_PAGED),
     Relation("max_seqlen_k_above", "max_seqlen_k", lambda p: max(p["kv_lens"]) + 5, "match",
              "", None, "a stated maximum above every length is a bound: valid"),
 )
@@ -176,6 +183,8 @@ BY_VARIANT = {r.variant: r for r in RELATIONS}
 def refuse_words(r: Relation, p, value) -> tuple:
     """The words a refusal of relation r on params p must name: the field, the planned
     value where there is one, and the value given (a list: its first entry that breaks)."""
+    if r.field == "plan_handle":
+        return (r.word,)               # the handle is an object: no value to state
     if r.expect != "refuse":
         return ()
     if r.given is not None:

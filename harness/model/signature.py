@@ -93,7 +93,7 @@ OUR_WORDS = {
     "head_dim_qk": ("head_dim_qk", "head_dim"), "head_dim_vo": ("head_dim_vo",),
     "block_size": ("page_size",), "dtype": ("dtype",),
     "soft_cap": ("logits_soft_cap",), "sinks": ("sinks",), "alibi_slopes": ("alibi_slopes",),
-    "window": ("window_left",), "causal": ("causal",),
+    "window": ("window_left",), "causal": ("causal",), "plan_handle": ("plan_handle",),
 }
 
 # The metadata fields (harness/model/capabilities.py METADATA_FIELDS) a role lets a relation
@@ -118,6 +118,7 @@ FIELD_ROLES = {
     "last_page_len": ("last_page_lengths",),
     "max_seqlen_q": ("max_seqlen_q",),
     "max_seqlen_k": ("max_seqlen_k",),
+    "plan_handle": ("plan_handle",),
 }
 
 # What each neutral core performs (harness/targets/plan_run/mismatch.py and
@@ -129,6 +130,9 @@ CORE_FIELDS = {
     "block_table": ("num_qo_heads", "num_kv_heads", "head_dim_qk", "q_rows", "dtype",
                     "batch_size", "kv_lens", "block_table", "query_start_loc"),
 }
+# DeclaredTarget's runner (harness/targets/block_table/declared.py): the block-table core's
+# fields, and the plan handle (it makes every call, so it can hand the run another plan's).
+CORE_FIELDS["declared"] = CORE_FIELDS["block_table"] + ("plan_handle",)
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ SIGNATURE = Signature(args=(
     Arg("scale", "scale", RUN),
     Arg("causal", "causal", RUN),
     Arg("plan", "plan_handle", RUN),
-), core="block_table")
+), core="declared")
 
 
 class TinyVllmTarget(DeclaredTarget):

@@ -7,12 +7,14 @@ writer where the signature has a call reading a `slot_mapping`, else the harness
 tokens into their slots), hands each call its arguments by role, passes what one call
 returns to the next call's `plan_handle` argument, and, for a restaged case, rewrites the
 caller's tensors in place after the first call that reads them and before the last call
-(restage.py). The adapter says only what the library is:
+(restage.py); for the plan_handle relation it makes the metadata call for another batch
+(the requests regrouped) and hands its result to the run of this one. The adapter says only
+what the library is (core="declared": the block-table core's fields and the plan handle):
 
     class Mine(DeclaredTarget):
         name = "mine"
         signature = Signature(args=(Arg("seq_lens", "kv_lengths", "plan"), ...),
-                              core="block_table")
+                              core="declared")
         capabilities = Capabilities(ops=..., layouts=frozenset({"NHD"}),
                                     call_forms=frozenset({"out"}), signature=signature)
         def functions(self): return {"plan": mylib.plan, "run": mylib.run}
@@ -31,7 +33,7 @@ import torch
 from harness.targets.base import Skip, Target
 from harness.targets.block_table.batch import block_pool, build
 from harness.targets.block_table.mismatch import perturb
-from harness.targets.block_table.restage import Metadata
+from harness.targets.block_table.restage import Metadata, first_batch
 from harness.targets.case_calls import CaseCalls
 
 # Params this shape of call has no analogue for, and why.
@@ -78,6 +80,18 @@ class DeclaredCall(CaseCalls):
             if wanted and role not in roles:
                 raise Skip(f"{what}: the signature has no argument of role {role!r}")
 
+    def other_batch(self, batch):
+        """{role: tensor} of another batch (the same requests regrouped: restage.first_batch)
+        for the metadata call when the case hands the run another plan's handle; None
+        otherwise. Fresh tensors: the caller's own stay the run's."""
+        if (self.mismatch or {}).get("field") != "plan_handle":
+            return None
+        if not self.target.signature.by_role("plan_handle"):
+            raise Skip("no argument of role 'plan_handle': the run is handed no plan")
+        first = first_batch(batch)
+        return {role: torch.tensor(first[name], dtype=torch.int32, device=self.device)
+                for role, name in _INDEX_ROLES.items()}
+
     def values(self, batch) -> dict:
         """{role: value} for every role this case gives a value to."""
         p, params = self.problem, self.params
@@ -106,7 +120,8 @@ class DeclaredCall(CaseCalls):
         block_size = int(params.get("page_size", 16))
         batch = build(p, block_size, params.get("page_order", "shuffled"),
                       int(params.get("page_id_offset", 0)), self.case.seed)
-        batch = perturb(batch, self.mismatch)
+        if (self.mismatch or {}).get("field") != "plan_handle":   # that one: other_batch()
+            batch = perturb(batch, self.mismatch)
         roles = sig.roles()
         writer = "slot_mapping" in roles
         pools = [block_pool(batch, (block_size, p.num_kv_heads, d), p.dtype, self.device)
@@ -140,6 +155,7 @@ class DeclaredCall(CaseCalls):
         if missing:
             raise ValueError(f"adapter {self.target.name!r}: no function for call(s) {missing}")
         handle = None
+        other = self.other_batch(batch)
         order = [c for c in calls if _is_writer(sig, c)] + [c for c in calls
                                                               if not _is_writer(sig, c)]
         caches_watched = False
@@ -157,13 +173,16 @@ class DeclaredCall(CaseCalls):
                     not _is_writer(sig, c) for c in order[:i]):
                 restaged.rewrite()    # after the metadata call read them, before the run
             kwargs = {}
+            handed = given
+            if other is not None and not writing and name != order[-1]:
+                handed = {**given, **other}      # the plan for the other batch
             for a in sig.args:
                 if a.call != name:
                     continue
                 if a.role == "plan_handle":
                     kwargs[a.name] = handle
-                elif a.role in given:
-                    kwargs[a.name] = _encoded(a, given[a.role])
+                elif a.role in handed:
+                    kwargs[a.name] = _encoded(a, handed[a.role])
             self.buffers.stage("write cache" if writing else name)
             result = functions[name](**kwargs)
             if not writing:
@@ -189,7 +208,7 @@ def _encoded(arg, value):
 
 
 class DeclaredTarget(Target):
-    """Subclass: name, routes, signature (core="block_table"), capabilities, functions()."""
+    """Subclass: name, routes, signature (core="declared"), capabilities, functions()."""
     signature = None
 
     def functions(self) -> Mapping[str, Callable]:
