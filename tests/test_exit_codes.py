@@ -251,3 +251,30 @@ def test_a_stopped_controller_is_ended_by_the_parent_with_the_rows_kept(tmp_path
                              f"--resume"), lines[0]
     assert "PASS" not in out and "Traceback" not in err
     assert [r["case_id"] for r in table.read_rows(results)][0].endswith("faults.none/n0")
+
+
+def test_a_full_disk_under_xdist_stops_with_no_pass(tmp_path):
+    """The table cannot take a fourth row (a file-size limit stands in for a full disk): the
+    run stops on a whole row and says so once; no PASS, never 0."""
+    import resource
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a full disk's ENOSPC, as EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([fault_case("none", i).to_json() for i in range(10)]))
+    probe = tmp_path / "probe.jsonl"
+    cmd = [sys.executable, "-m", "harness", "check", "--target", "faults", "--cases-file",
+           str(cases)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    assert subprocess.run([*cmd, "-n", "0", "--case-id", "n0", "--results", str(probe)],
+                          cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    limit = int(probe.stat().st_size * 3.5)
+    results = tmp_path / "r.jsonl"
+    done = subprocess.run([*cmd, "-n", "2", "--results", str(results)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, preexec_fn=small_files, timeout=600)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "PASS" not in done.stdout and "Traceback" not in done.stderr, done.stdout
+    said = [l for l in done.stderr.splitlines() if "--resume" in l]
+    assert len(said) == 1, done.stderr
+    assert results.read_bytes().endswith(b"\n") and len(table.read_rows(results)) == 3
