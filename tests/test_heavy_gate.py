@@ -68,7 +68,7 @@ def _gate(folder, heavy: bool) -> hg.Gate:
 
 def _taker(folder: Path, name: str, heavy: bool) -> int:
     """A forked process that takes the gate, writes `<name>.in`, holds the gate until
-    `<name>.go` exists, then lets go and writes `<name>.out`."""
+    `<name>.go` exists, then writes `<name>.out` and lets go."""
     pid = os.fork()
     if pid:
         return pid
@@ -78,7 +78,7 @@ def _taker(folder: Path, name: str, heavy: bool) -> int:
             (folder / f"{name}.in").write_text(str(os.getpid()))
             while not (folder / f"{name}.go").exists():
                 time.sleep(POLL_S)
-        (folder / f"{name}.out").write_text("")
+            (folder / f"{name}.out").write_text("")   # still held: no one is in yet
         code = 0
     finally:
         os._exit(code)
@@ -182,6 +182,16 @@ def test_the_gate_is_off_without_a_device_or_a_second_worker(tmp_path):
     off = hg.Gate(tmp_path, 100 * GIB, 0, 16)
     with hg.held(off):
         assert not list(tmp_path.iterdir()) and not off.release_cache()
+    if not torch.cuda.is_available():   # a worker's own gate on this machine: off, no files
+        case = load_target("bundled").cases(["scale"], "full")[0]
+        assert not hg.for_case(tmp_path, case).active and not list(tmp_path.iterdir())
+
+
+def test_the_workers_that_share_a_device_are_the_run_s_round_robin_share():
+    # 16 workers on one GPU share it; on 8 GPUs two share each; one each: nobody shares.
+    assert [hg.sharing_workers(w, d) for w, d in ((16, 1), (16, 8), (8, 8), (3, 2), (1, 4))] \
+        == [16, 2, 1, 2, 1]
+    assert not hg.Gate("/nonexistent", 100 * GIB, H200, hg.sharing_workers(8, 8)).active
 
 
 def test_the_measured_h200_cases_are_heavy_at_16_workers_and_light_ones_stay_light():
@@ -325,3 +335,77 @@ def test_nothing_is_retried_with_one_worker_or_on_other_errors(tmp_path):
     with pytest.raises(torch.OutOfMemoryError), hg.held(gate):
         gate.run(library_oom)
     assert calls == [1, 2]
+
+
+# ---- the worker's wiring (harness/engine/plugins/worker.py), the gate forced on
+
+class _Config:
+    """What run_case reads of pytest's config: options and the stash."""
+
+    def __init__(self):
+        self.options, self.stash = {"target": "faults", "repeat": 1, "profile": "ci"}, {}
+
+    def getoption(self, name, default=None):
+        return self.options.get(name, default)
+
+
+class _State:
+    """A worker's breadcrumbs in memory; at each begin (the hang timer armed) it notes
+    whether the gate was held then, seen from another file description."""
+
+    def __init__(self, folder):
+        self.folder, self.data, self.log = folder, {"context": None}, []
+
+    def set_context(self, context):
+        self.data["context"] = context
+
+    def begin(self, case_id, timeout_s):
+        with open(self.folder / hg.MAIN, "a") as other:
+            held = not hg._try(other, fcntl.LOCK_EX)
+        with open(self.folder / hg.MAIN, "a") as other:
+            alone = not hg._try(other, fcntl.LOCK_SH)
+        self.log.append(("begin", timeout_s is not None, held, alone))
+
+    def stage(self, name):
+        pass
+
+    def end(self, case_id):
+        self.log.append(("end",))
+
+
+def test_the_worker_times_a_case_from_when_the_gate_is_held_and_retries_alone(
+        tmp_path, monkeypatch):
+    from types import SimpleNamespace
+    from fault_target import fault_case
+    from harness.engine import execute
+    from harness.engine.plugins import worker
+    from harness.engine.session import ROW_KEY, RUN, Run
+
+    gates: list = []
+
+    def forced(folder, case, extra_bytes=0):
+        gates.append(_gate(Path(folder), heavy=False))
+        return gates[-1]
+    monkeypatch.setattr(hg, "for_case", forced)
+    real, built = execute.build_problem, []
+
+    def build(*args, **kwargs):
+        built.append(1)
+        if len(built) == 1:
+            raise _oom()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(execute, "build_problem", build)
+
+    config = _Config()
+    run = Run(config, True, worker="gw0", run_id="r", state_dir=str(tmp_path))
+    run.state = _State(tmp_path)
+    config.stash[RUN] = run
+    node = SimpleNamespace(user_properties=[])
+    worker.run_case(SimpleNamespace(config=config, node=node), fault_case("none"))
+    row = next(v for k, v in node.user_properties if k == ROW_KEY)
+    assert (row["outcome"], row["pass"]) == ("match", True) and hg.RETRY_NOTE in row["message"]
+    assert len(built) == 2 and gates[0].retried
+    # (armed, gate held, held alone): the timer armed once the gate is held (shared), disarmed
+    # (no timeout) before the wait for the gate alone, armed again once it is held alone.
+    assert run.state.log == [("begin", True, True, False), ("begin", False, True, False),
+                             ("begin", True, True, True), ("end",)]

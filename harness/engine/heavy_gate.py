@@ -14,7 +14,7 @@ H200 with 16 workers: `rows_past_2_31_*` at 4.6 GiB plus a device snapshot each,
 `offset_past_2_31*` at 16 GiB, ran at once and ran the device out of memory.)
 
 The locks are flocks on files in the run's state folder (run.state_dir, which every worker
-of the run shares), so a worker that dies, even killed by the watchdog mid-case, frees the
+of the run shares; one folder per device, for the workers that share it), so a worker that dies, even killed by the watchdog mid-case, frees the
 gate with its file descriptors: the gate can never outlive its holder.
 
 Three files:
@@ -33,8 +33,8 @@ worker waiting at the gate may hold shares, but no worker ever waits for shares 
 holding the gate. Waiting is no part of a case's time: the caller starts the case's hang
 timer after the gate is held.
 
-On a machine without a GPU, or in a run of one worker, the gate does nothing: there is no
-one to share the device with.
+On a machine without a GPU, or where one worker has the device to itself, the gate does
+nothing: there is no one to share the device with.
 
 The retry: an out-of-memory error raised while the harness builds a case's inputs (the
 stage before the library's call) is the harness's own, and when other workers share the
@@ -243,13 +243,26 @@ def held(gate: Gate):
         gate.let_go()
 
 
+def sharing_workers(workers: int, devices: int) -> int:
+    """How many of a run's workers share one device at most: workers go round the host's
+    devices (harness/engine/plugins/worker.py prepare_device: gwN on device N mod count)."""
+    return -(-max(1, workers) // max(1, devices))
+
+
 def for_case(folder, case, extra_bytes: int = 0) -> Gate:
     """The gate for a case in this worker: its device estimate, the adapter's declared bytes
-    (Target.estimate_bytes), the device's memory and the run's worker count."""
+    (Target.estimate_bytes), the device's memory and how many workers share the device. One
+    gate per device (a folder of its own under the run's): workers on another GPU of the host
+    are not in the way."""
     from harness.engine.device_memory import total_device_bytes
+    total = total_device_bytes()
+    if not total or not folder:
+        return Gate(None, 0, 0, 1)
+    import torch
     from harness.model.budget import device_bytes_estimate
     from harness.model.routes import op_of
-    total = total_device_bytes()
-    need = device_bytes_estimate(dict(case.params), op_of(case.route)) + extra_bytes if total \
-        else 0
-    return Gate(folder, need, total, run_workers())
+    index = torch.cuda.current_device()
+    place = Path(folder) / f"gate-device{index}"
+    place.mkdir(exist_ok=True)
+    need = device_bytes_estimate(dict(case.params), op_of(case.route)) + extra_bytes
+    return Gate(place, need, total, sharing_workers(run_workers(), torch.cuda.device_count()))
