@@ -59,22 +59,23 @@ def _waiting(pid: int, folder: Path) -> bool:
     return False
 
 
-def _gate(folder, heavy: bool) -> hg.Gate:
+def _gate(folder, heavy: bool, release=lambda: None) -> hg.Gate:
     # Forced on (no GPU here): two workers on a 140 GiB device.
-    gate = hg.Gate(folder, 100 * GIB if heavy else GIB, H200, 2, release=lambda: None)
+    gate = hg.Gate(folder, 100 * GIB if heavy else GIB, H200, 2, release=release)
     assert gate.active and gate.heavy == heavy
     return gate
 
 
 def _taker(folder: Path, name: str, heavy: bool) -> int:
     """A forked process that takes the gate, writes `<name>.in`, holds the gate until
-    `<name>.go` exists, then writes `<name>.out` and lets go."""
+    `<name>.go` exists, then writes `<name>.out` and lets go. Its allocator's cache handed
+    back while it waits is `<name>.released`."""
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:
-        with hg.held(_gate(folder, heavy)):
+        with hg.held(_gate(folder, heavy, (folder / f"{name}.released").touch)):
             (folder / f"{name}.in").write_text(str(os.getpid()))
             while not (folder / f"{name}.go").exists():
                 time.sleep(POLL_S)
@@ -108,6 +109,9 @@ def test_a_heavy_holder_blocks_a_heavy_and_a_light_taker_until_it_lets_go(tmp_pa
         pids.append(light)
         _until(lambda: _waiting(light, tmp_path), "the light taker blocked")
         assert not (tmp_path / "heavy.in").exists() and not (tmp_path / "light.in").exists()
+        # Waiting for (or behind) a heavy case, each first handed its cached blocks back.
+        assert (tmp_path / "heavy.released").exists() and (tmp_path / "light.released").exists()
+        assert not (tmp_path / "holder.released").exists()     # it never waited
 
         (tmp_path / "holder.go").touch()
         _until((tmp_path / "heavy.in").exists, "the heavy taker got in after the holder")
@@ -134,6 +138,8 @@ def test_light_cases_share_and_a_heavy_one_waits_for_them_and_stops_new_ones(tmp
         # Two light cases hold the gate together.
         _until(lambda: (tmp_path / "a.in").exists() and (tmp_path / "b.in").exists(),
                "two light takers inside at once")
+        # Light behind light: no reason to hand a cache back.
+        assert not (tmp_path / "a.released").exists() and not (tmp_path / "b.released").exists()
         heavy = _taker(tmp_path, "heavy", heavy=True)
         pids.append(heavy)
         _until(lambda: _waiting(heavy, tmp_path), "the heavy taker waits for the light ones")

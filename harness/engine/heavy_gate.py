@@ -118,7 +118,9 @@ class Gate:
         turn = self._open(TURN)
         try:
             if not _try(turn, fcntl.LOCK_EX):
-                self._idle()
+                # Another taker's turn: only a heavy case's is worth this worker's cache.
+                if exclusive or self._heavy_waiting():
+                    self._idle()
                 fcntl.flock(turn, fcntl.LOCK_EX)
             mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
             if not _try(main, mode):
@@ -144,11 +146,13 @@ class Gate:
         library's): after a heavy case, and whenever a heavy case is waiting."""
         if not self.active:
             return False
-        if self.heavy or self.exclusive:
-            return True
+        return self.heavy or self.exclusive or self._heavy_waiting()
+
+    def _heavy_waiting(self) -> bool:
+        """Whether a heavy case waits for the gate or holds it (it holds gate.want shared)."""
         try:
             with self._open(WANT) as want:
-                return not _try(want, fcntl.LOCK_EX)   # a heavy case holds it shared
+                return not _try(want, fcntl.LOCK_EX)
         except OSError:
             return True   # cannot tell: handing the cache back is never wrong, only slower
 
