@@ -128,6 +128,7 @@ class Gate:
                 fcntl.flock(main, mode)
         except BaseException:
             main.close()
+            self.let_go()   # gate.want too: a taker that never got in holds nothing
             raise
         finally:
             turn.close()   # closing a file lets go of its lock
