@@ -64,6 +64,7 @@ def elsewhere(tmp_path, monkeypatch):
     return tmp_path, shas
 
 
+@pytest.mark.system
 def test_check_repro_and_report_take_a_relative_target_and_paths_from_here(elsewhere, capfd):
     here, _ = elsewhere
     rc = cli.main(["check", "--target", "lib/adapter.py", "-n", "0", "--case-id", "wrong",
@@ -90,6 +91,7 @@ def test_check_repro_and_report_take_a_relative_target_and_paths_from_here(elsew
     assert WRONG_ID in (here / "r" / "report.md").read_text()
 
 
+@pytest.mark.system
 def test_shrink_takes_a_relative_target_and_prints_each_trial(elsewhere, capfd):
     here, _ = elsewhere
     rc = cli.main(["shrink", WRONG_ID, "--target", "lib/adapter.py", "--max-trials", "2",
@@ -102,6 +104,7 @@ def test_shrink_takes_a_relative_target_and_prints_each_trial(elsewhere, capfd):
     assert list((here / "shrunk").glob("*.json")), "the shrunk case went elsewhere"
 
 
+@pytest.mark.system
 def test_bisect_takes_a_relative_repo_and_target(elsewhere, capfd):
     here, (good, bad) = elsewhere
     rc = cli.main(["bisect", NONE_ID, "--good", good, "--bad", bad, "--repo", "lib",

@@ -70,6 +70,7 @@ def make_target():
 """
 
 
+@pytest.mark.system
 def test_shard_tables_merge_into_the_unsharded_run_row_for_row(tmp_path, capfd):
     from reports import load_results
     adapter = tmp_path / "pinned.py"

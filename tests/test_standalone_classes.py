@@ -81,6 +81,7 @@ def test_bundled_guards_off_classes_reproduce(outside):
     assert not agreement(row, ScriptResult("refused", 0, fixed.stdout))[0]
 
 
+@pytest.mark.system
 def test_bundled_misplanned_feature_and_corrupt_classes_reproduce(outside):
     done = list(_agree("bundled", "all", BUNDLED_OFF_CORE, outside))
     assert [r.outcome for _, _, _, r in done] == ["silent", "silent", "corrupt"]
