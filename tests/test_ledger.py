@@ -185,3 +185,24 @@ def test_the_checked_in_ledger_is_one_entry_per_cause():
         assert all("/" not in c for c in e["class"]), e           # classes, not case ids
     # The retired case (one input, one contract: q_rows_padded's) is not excused.
     assert not any("misplanned.query_start_loc_short" in e["class"] for e in entries)
+
+
+def test_an_exit_status_passes_only_an_entry_that_names_that_status(tmp_path):
+    # A heap the library corrupted can kill the worker later, in its own code, with an exit
+    # status rather than a signal: the entry names the status, as it names a signal.
+    rows = [row("vllm.paged_prefill/misplanned.num_qo_heads_more/a", "crash",
+                message="worker died: exit code 1 during run"),
+            row("vllm.paged_prefill/misplanned.num_qo_heads_more/b", "crash",
+                message="worker died: exit code 3 during run"),
+            row("vllm.paged_prefill/misplanned.num_qo_heads_more/c", "crash",
+                message="worker died: SIGSEGV during run")]
+    df, errors = apply(tmp_path, rows, [entry("misplanned.num_qo_heads_more", ["crash"],
+                                              signals=["SIGSEGV", "exit code 1"])])
+    assert list(df["pass"]) == [True, False, True]
+    assert len(errors) == 1 and "the case gave crash (exit code 3)" in errors[0]
+    # Without the status named, the same row stays failing.
+    df, _ = apply(tmp_path, rows[:1], [entry("misplanned.num_qo_heads_more", ["crash"],
+                                             signals=["SIGSEGV"])])
+    assert not df["pass"].iloc[0]
+    with pytest.raises(ValueError, match="field 'signals' holds"):
+        load_ledger(write(tmp_path, [entry("gqa.kv0", ["crash"], signals=["exit code x"])]))

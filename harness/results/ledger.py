@@ -22,7 +22,9 @@ A JSON list of entries, each one cause:
   the full profile's cases and new routes of the same cause are covered by the same entry.
 - outcomes: the outcomes the cause takes (a read past a buffer: garbage or a SIGSEGV).
 - signals: for an entry that allows `crash`, the signals it allows: a SIGSEGV never passes
-  an entry that allows SIGFPE (nor does a crash that names no signal).
+  an entry that allows SIGFPE (nor does a crash that names no signal). A process that dies
+  with an exit status instead (a heap the library corrupted, failing later in the worker's
+  own code) is named `exit code N`, allowed only where the entry names that status.
 - differs (optional): for `wrong`, which outputs may differ (`o`, `lse`, `o+lse`).
 - reason: why, in words a reader of the report can check.
 
@@ -55,7 +57,9 @@ OPTIONAL = ("target", "platform", "signals", "differs", "issue")
 OUTCOMES = ("wrong", "silent", "corrupt", "crash", "hang", "nondeterministic",
             "unexpected_refusal", "refused")
 DIFFERS = ("o", "lse", "o+lse")
-_SIGNAL = re.compile(r"^SIG[A-Z0-9]{2,10}$")
+_SIGNAL = re.compile(r"^(SIG[A-Z0-9]{2,10}|exit code [0-9]{1,3})$")
+# How the workers say a process died with an exit status (harness/engine/isolation.py).
+_EXIT = re.compile(r"\b(exit code [0-9]{1,3})\b")
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,80}$")
 _MAX_TEXT = 2000
 
@@ -205,7 +209,7 @@ def _allowed(entry: dict, row) -> str:
     if outcome not in entry["outcomes"]:
         return f"the case gave {outcome!r}"
     if outcome == "crash":
-        signal = signal_of(row.get("message"))
+        signal = signal_of(row.get("message")) or _exit_status(row.get("message"))
         if signal not in entry["signals"]:
             return f"the case gave crash ({signal or 'no signal named'})"
     if outcome == "wrong" and entry.get("differs"):
@@ -213,6 +217,12 @@ def _allowed(entry: dict, row) -> str:
         if differs not in entry["differs"]:
             return f"the case gave wrong ({differs or 'outputs not known'})"
     return ""
+
+
+def _exit_status(message) -> str:
+    """`exit code 1` from a crash row's message that names no signal, or ''."""
+    found = _EXIT.search(_text(message))
+    return found.group(1) if found else ""
 
 
 def _text(value) -> str:
