@@ -89,6 +89,16 @@ def _strided_rows():
     return rows
 
 
+# The derived bounds relations on plan()'s own index tensors (harness/model/relations.py):
+# batch_consistent refuses them at plan(); guard-off the kernels index with them unchecked.
+BOUNDS_FIELDS = ("query_start_loc", "last_page_len")
+
+
+def _bounds_field(c) -> str | None:
+    field = (c.params.get("mismatch") or {}).get("field")
+    return field if field in BOUNDS_FIELDS else None
+
+
 def _misplanned_rows():
     rows = []
     for c in _ALL:
@@ -96,6 +106,8 @@ def _misplanned_rows():
             continue
         if c.variant == "q_rows_fewer" and c.params.get("out_form") == "library":
             continue   # writes past the library's own out: a fresh process (ISOLATED)
+        if _bounds_field(c):
+            continue   # plan()'s index bounds: guard-off they write anywhere (BOUNDS_ISOLATED)
         if c.variant == "q_rows_fewer":
             # The planned rows past a short out land in its (widened) canary band.
             rows.append((c, "run_matches_plan", {"corrupt"}))
@@ -141,6 +153,16 @@ CRASHES = [(c, "gqa_divisible", "SIGFPE") for c in _ALL
 ISOLATED = [(c, "run_matches_plan", {"crash", "silent", "hang"}) for c in _ALL
             if c.variant == "q_rows_fewer" and c.params.get("out_form") == "library"
             and c.route in CRASH_ROUTES]
+
+
+# Guard-off, a bound past its tensor reads or writes wherever it lands: the process dies,
+# carries on silently, or spins (measured on the host: crash, silent). Each runs in a forked
+# child. batch_decode's plan() takes no qo_indptr, so its query-offset cases are skipped rows
+# and detect nothing here.
+BOUNDS_ISOLATED = [(c, "batch_consistent,run_matches_plan", {"crash", "silent", "hang", "corrupt"})
+                   for c in _ALL if c.family == "misplanned" and _bounds_field(c)
+                   and not (c.op == "batch_decode" and _bounds_field(c) == "query_start_loc")]
+ISOLATED += BOUNDS_ISOLATED
 
 
 def _id(row) -> str:
