@@ -65,7 +65,7 @@ _RULES = (
 def normalize_message(text) -> str:
     """The message with what varies between routes and shapes replaced by placeholders
     (tensor names stay: message_shape takes them out too)."""
-    text = _text(text)
+    text = cell_text(text)
     for pattern, placeholder in _RULES:
         text = pattern.sub(placeholder, text)
     return text.strip()
@@ -74,7 +74,7 @@ def normalize_message(text) -> str:
 def message_shape(text, route: str = "", case_id: str = "") -> str:
     """The message as a class key holds it: normalize_message, then the row's own case id
     and route, and every tensor name (TENSORS), replaced by placeholders."""
-    text = _text(text)
+    text = cell_text(text)
     if case_id:
         text = text.replace(case_id, "<case>")
     if route:
@@ -123,7 +123,7 @@ _NOT_COMPARED = re.compile(r";?\s*\b\w+ not compared: [^;]*")
 def message_key(message, route: str = "", case_id: str = "", silent: bool = False) -> str:
     """The message as a class key holds it (message_shape): a silent row's values and the
     "not compared" notes left out."""
-    text = _text(message)
+    text = cell_text(message)
     if silent:
         text = _SILENT_VALUES.sub(r"\1", text)
     text = _NOT_COMPARED.sub("", text)
@@ -169,7 +169,7 @@ def tensors_of(variant: str, message="") -> list[str]:
     found = dict.fromkeys(_VARIANT_TENSOR.findall(str(variant)))
     # The harness's "lse not compared: ... (its call forms: out)" note names what it could
     # not judge, not a tensor of the failure.
-    text = _NOT_COMPARED.sub("", _text(message))
+    text = _NOT_COMPARED.sub("", cell_text(message))
     text = _FIRST_AT.sub("", _SUMMARY_OUTPUT.sub("", normalize_message(text)))
     for name in _MESSAGE_TENSOR.findall(text):
         found.setdefault(name, None)
@@ -183,24 +183,24 @@ _SIGNAL = re.compile(r"\b(SIG[A-Z0-9]{2,10})\b")
 
 def signal_of(message) -> str:
     """The signal a crash row's message names (`worker died: SIGSEGV during run`), or ''."""
-    found = _SIGNAL.search(_text(message))
+    found = _SIGNAL.search(cell_text(message))
     return found.group(1) if found else ""
 
 
 def label_of(row) -> str:
     """`misplanned.dtype`: the row's `family.variant`, as a report names where it failed."""
-    family = _text(row.get("family"))
-    variant = variant_of(_text(row.get("case_id")), family)
+    family = cell_text(row.get("family"))
+    variant = variant_of(cell_text(row.get("case_id")), family)
     return f"{family}.{variant}" if family else variant
 
 
 def cause_labels(row) -> set[str]:
     """The names a row's failure class goes by, as the reports label a class and the ledger
     names one: `family.variant` and `family.<variant's shape>`."""
-    family = _text(row.get("family"))
-    variant = variant_of(_text(row.get("case_id")), family)
+    family = cell_text(row.get("family"))
+    variant = variant_of(cell_text(row.get("case_id")), family)
     names = {variant, variant_shape(variant),
-             cause_variant(variant, _text(row.get("expect")),
+             cause_variant(variant, cell_text(row.get("expect")),
                            named_by_family(row.get("case_id"), family))}
     return {f"{family}.{n}" if family else n for n in names}
 
@@ -237,11 +237,12 @@ def differs_of(row) -> str:
     name = _index_name(get("first_bad_index"))
     if name in OUTPUTS:
         return name
-    found = _SUMMARY_OUTPUT.search(_text(get("message")))
+    found = _SUMMARY_OUTPUT.search(cell_text(get("message")))
     return found.group(1) if found else ""
 
 
-def _text(value) -> str:
+def cell_text(value) -> str:
+    """A cell as text: '' for a missing value (None, NaN), else str() (the ledger reads it too)."""
     if value is None:
         return ""
     try:

@@ -49,7 +49,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.model.routes import DEFAULT_TARGET
-from harness.results.cause import cause_labels, differs_of, signal_of
+from harness.results.cause import cause_labels, cell_text, differs_of, signal_of
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "cases" / "known_failures.json"
 REQUIRED = ("build", "class", "outcomes", "reason")
@@ -199,13 +199,13 @@ def _labels_for(entry: dict, where: tuple) -> list[str]:
 
 
 def _where_of(row) -> tuple:
-    return (_text(row.get("target")) or DEFAULT_TARGET, _text(row.get("target_version")),
-            _text(row.get("platform")), cause_labels(row))
+    return (cell_text(row.get("target")) or DEFAULT_TARGET, cell_text(row.get("target_version")),
+            cell_text(row.get("platform")), cause_labels(row))
 
 
 def _allowed(entry: dict, row) -> str:
     """'' when the entry allows the row's failure; else how the row differs from it."""
-    outcome = _text(row.get("outcome"))
+    outcome = cell_text(row.get("outcome"))
     if outcome not in entry["outcomes"]:
         return f"the case gave {outcome!r}"
     if outcome == "crash":
@@ -221,24 +221,13 @@ def _allowed(entry: dict, row) -> str:
 
 def _exit_status(message) -> str:
     """`exit code 1` from a crash row's message that names no signal, or ''."""
-    found = _EXIT.search(_text(message))
+    found = _EXIT.search(cell_text(message))
     return found.group(1) if found else ""
-
-
-def _text(value) -> str:
-    if value is None:
-        return ""
-    try:
-        if pd.isna(value):
-            return ""
-    except (TypeError, ValueError):
-        pass
-    return str(value)
 
 
 def _passes_on_its_own(row) -> bool:
     """Whether the row passes without the ledger (so applying a ledger twice changes nothing)."""
-    return bool(row.get("pass")) and not _text(row.get("ledger"))
+    return bool(row.get("pass")) and not cell_text(row.get("ledger"))
 
 
 def apply_ledger(df: pd.DataFrame, path=None) -> tuple[pd.DataFrame, list[str]]:
@@ -262,10 +251,10 @@ def apply_ledger(df: pd.DataFrame, path=None) -> tuple[pd.DataFrame, list[str]]:
             if not labels:
                 continue
             applying.append(k)
-            if _text(row.get("outcome")) != "skipped":   # a skip says nothing of the cause
+            if cell_text(row.get("outcome")) != "skipped":   # a skip says nothing of the cause
                 for label in labels:
                     rows_of.setdefault((k, label), []).append(pos)
-        if not applying or _passes_on_its_own(row) or _text(row.get("ledger")):
+        if not applying or _passes_on_its_own(row) or cell_text(row.get("ledger")):
             continue
         allowing = [k for k in applying if not _allowed(entries[k], row)]
         if allowing:
@@ -296,4 +285,4 @@ def known_mask(df: pd.DataFrame) -> pd.Series:
     """The rows the ledger made pass: known failures, counted apart from passes."""
     if "ledger" not in df.columns or not len(df):
         return pd.Series(False, index=df.index)
-    return df["ledger"].map(lambda v: bool(_text(v))) & df["pass"].astype(bool)
+    return df["ledger"].map(lambda v: bool(cell_text(v))) & df["pass"].astype(bool)
