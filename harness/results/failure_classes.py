@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness.results.cause import (  # noqa: F401  (the cause's names, re-exported)
-    OUTPUTS, TENSOR, TENSORS, _text, call_form, cause_labels, cause_variant, differs_key,
+    OUTPUTS, TENSOR, TENSORS, call_form, cell_text, cause_labels, cause_variant, differs_key,
     differs_of, form_rank, label_of, message_key, message_shape, named_by_family,
     normalize_message, signal_of, tensors_of, variant_of, variant_shape)
 
@@ -102,7 +102,7 @@ class FailureClass:
 
     @property
     def example_message(self) -> str:
-        return _text(self.rows["message"].iloc[0])
+        return cell_text(self.rows["message"].iloc[0])
 
     @property
     def group(self) -> str:
@@ -134,13 +134,13 @@ def failure_classes(df: pd.DataFrame) -> list[FailureClass]:
         return []
     for col in ("family", "outcome", "severity", "message", "route", "target", "stage"):
         values = failing[col] if col in failing.columns else pd.Series("", index=failing.index)
-        failing[col] = [_text(v) for v in values]
+        failing[col] = [cell_text(v) for v in values]
     records = failing.to_dict("records")
     failing["_variant"] = [variant_of(c, f) for c, f in zip(failing["case_id"], failing["family"])]
     # A harness error is our bug: its message is its cause, whatever case it hit.
     failing["_shape"] = [
         "*" if o == "harness_error" else
-        cause_variant(v, _text(r.get("expect")), named_by_family(r.get("case_id"), f))
+        cause_variant(v, cell_text(r.get("expect")), named_by_family(r.get("case_id"), f))
         for v, r, o, f in zip(failing["_variant"], records, failing["outcome"], failing["family"])]
     silent = failing["outcome"] == "silent"
     failing["_message"] = [message_key(m, r, c, s)
@@ -200,7 +200,7 @@ def known_count(df: pd.DataFrame) -> int:
     passes and from new failures."""
     if "ledger" not in df.columns or not len(df):
         return 0
-    return int(sum(bool(_text(v)) and bool(p) for v, p in zip(df["ledger"], df["pass"])))
+    return int(sum(bool(cell_text(v)) and bool(p) for v, p in zip(df["ledger"], df["pass"])))
 
 
 def _routes_text(routes: list[str], shown: int = 3) -> str:
