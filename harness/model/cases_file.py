@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Iterable
 
-from harness.model.capabilities import FEATURES
+from harness.model.capabilities import FEATURES, METADATA_FIELDS
 from harness.model.case import EXPECTS, Case
 
 
@@ -54,10 +54,13 @@ def check_records(data: list, source: str, routes: Iterable[str] | None = None,
                                  f"{target_name}{_near(str(route), routes)}; its routes: "
                                  f"{', '.join(sorted(routes))}")
         _strings(record, "refuse_words", where)
+        # A case needs features and the metadata fields it bends ("metadata.kv_lens"), as
+        # the families write them (Capabilities.lacks reads both).
+        needs = FEATURES | {f"metadata.{f}" for f in METADATA_FIELDS}
         for feature in _strings(record, "requires", where):
-            if feature not in FEATURES:
+            if feature not in needs:
                 raise CasesFileError(f"{where}: 'requires' names {feature!r}, not a feature"
-                                     f"{_near(feature, FEATURES)}; features: "
+                                     f"{_near(feature, needs)}; features: "
                                      f"{', '.join(sorted(FEATURES))}")
         if record.get("expect", "match") not in EXPECTS:
             raise CasesFileError(f"{where}: 'expect' must be one of {', '.join(EXPECTS)}, got "
