@@ -13,6 +13,8 @@ field and the value.
 from __future__ import annotations
 
 import difflib
+import json
+from pathlib import Path
 from typing import Any, Iterable
 
 from harness.model.capabilities import FEATURES, METADATA_FIELDS
@@ -21,6 +23,33 @@ from harness.model.case import EXPECTS, Case
 
 class CasesFileError(ValueError):
     """One line: the file, the case, the field, the value and what it must be."""
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_file(path: str, source: str, routes: Iterable[str] | None = None,
+              target_name: str = "the target") -> list[Case]:
+    """The cases of a file read as `check --cases-file` reads one: a JSON list of cases, or
+    one case object (as `repro --case-json` takes), shape and sizes checked by budget, then
+    each case by check_records. CasesFileError in one line, before any case runs; a file
+    that cannot be read is the OSError."""
+    from harness.model import budget
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise CasesFileError(f"{source}: not UTF-8 text") from None
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except ValueError as e:
+        raise CasesFileError(f"{source}: not a JSON list of cases ({e})") from None
+    data = [data] if isinstance(data, dict) else data
+    try:
+        budget.check_cases(data, source)
+    except budget.CasesFileError as e:    # one error type for this loader's callers
+        raise CasesFileError(str(e)) from None
+    return check_records(data, source, routes, target_name)
 
 
 def _show(value: Any) -> str:

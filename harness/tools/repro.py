@@ -9,16 +9,20 @@ import difflib
 import json
 import os
 import sys
-from pathlib import Path
 
 from harness.tools.options import (EXIT_BUILD, EXIT_FAIL, EXIT_PASS, EXIT_UNKNOWN_CASE,
                                    EXIT_USAGE, selection_errors)
 
 
-def load_case_json(path: str) -> list:
-    from harness.model.case import Case
-    data = json.loads(Path(path).read_text())
-    return [Case.from_json(d) for d in (data if isinstance(data, list) else [data])]
+def load_case_json(path: str, target: str | None = None, option: str = "--case-json") -> list:
+    """The cases of a --case-json / --cases-file file, checked as `check --cases-file`
+    checks them (routes of `target`, features, types, ids): a misspelt route is one line,
+    exit 2, before any case runs, not a skipped row."""
+    from harness.model import cases_file
+    from harness.targets import load_target
+    loaded = load_target(target) if target else None
+    return cases_file.load_file(path, f"{option} {path}", loaded.routes if loaded else None,
+                                f"target {loaded.name!r}" if loaded else "the target")
 
 
 def closest_ids(case_id: str, ids, n: int = 5) -> list[str]:
@@ -56,7 +60,8 @@ def print_row(row: dict, as_json: bool) -> None:
 
 def _case_file_cases(args):
     path = args.case_json or args.cases_file
-    return load_case_json(path) if path else None
+    option = "--case-json" if args.case_json else "--cases-file"
+    return load_case_json(path, args.target, option) if path else None
 
 
 def _setup_error(e: Exception) -> int:
