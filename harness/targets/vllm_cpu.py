@@ -39,8 +39,9 @@ Conventions (read from that backend and checked against the fp64 reference):
             follows it): run there, skipped with the reason elsewhere
   LSE       none: a case that asks for it runs output-only (o compared in full, the row
             says the LSE was not: Capabilities.not_returned)
-  out       the caller's canary-banded output, written in place; a case in the call form
-            where the library allocates its output is skipped (vLLM's run allocates none)
+  out       the caller's canary-banded output, written in place; in the call form where
+            the library allocates (out_form "library") the run, which allocates none, is
+            handed what vLLM's attention layer allocates: a fresh buffer of the exact shape
 
 Routes (backend "vllm"): paged_prefill, batch_decode, mixed_batch (decodes first, vLLM's own
 batch shape), and single_prefill / single_decode as a batch of one. Ragged prefill and merge
@@ -67,7 +68,7 @@ from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target
 from harness.targets.block_table.batch import block_pool, build
 from harness.targets.block_table.mismatch import FIELDS, perturb
-from harness.targets.block_table.restage import Metadata
+from harness.targets.block_table.restage import Metadata, first_batch
 from harness.targets.case_calls import CaseCalls
 from harness.targets.plan_run.mixed import decode_first
 
@@ -92,7 +93,7 @@ CAPABILITIES = Capabilities(
     # an fp8 cache is its kv_cache_dtype with k_scale / v_scale (AVX-512 or AMX machines).
     features=frozenset({"softcap", "sinks", "alibi", "multi_token_decode", "fp8_kv",
                         "metadata_restage"}),
-    metadata={**{f: "cpu_attention_with_kv_cache" for f in FIELDS},
+    metadata={**{f: "cpu_attention_with_kv_cache" for f in FIELDS + ("plan_handle",)},
               **{f: "get_scheduler_metadata" for f in
                  ("num_qo_heads", "num_kv_heads", "head_dim_qk", "batch_size", "dtype")}},
     vocabulary={
@@ -215,10 +216,6 @@ class VllmCall(CaseCalls):
         route cannot express it (read from the problem and params alone: no tensor made)."""
         p, params = self.problem, self.params
         op = self.case.op
-        if params.get("out_form", "given") != "given":
-            # The call form where the library allocates out: vLLM has none to perform.
-            raise Skip("cpu_attention_with_kv_cache writes into the caller's output (vLLM's "
-                       "API): it allocates none")
         if op == "single_decode" and p.qo_lens != [1]:
             raise Skip("single decode takes one query token")
         per_req = int(params.get("q_len_per_req", 1))
@@ -257,7 +254,9 @@ class VllmCall(CaseCalls):
         block_size, window, isa = self.settings()
         batch = build(p, block_size, params.get("page_order", "shuffled"),
                       int(params.get("page_id_offset", 0)), self.case.seed)
-        batch = perturb(batch, self.mismatch)
+        other_plan = (self.mismatch or {}).get("field") == "plan_handle"
+        if not other_plan:                  # that one plans another batch below
+            batch = perturb(batch, self.mismatch)
 
         # The library's own cache: one tensor, its halves K and V (vLLM's allocation; an fp8
         # cache is bytes, as vLLM allocates it), blocks no request owns poisoned.
@@ -292,7 +291,7 @@ class VllmCall(CaseCalls):
                                    self.device)
             seq_lens = self.views.index("seq_lens", batch.seq_lens, self.device)
             table = self.views.index("block_table", batch.block_table, self.device)
-        out = self.views.output("out", (batch.rows, p.num_qo_heads, p.head_dim_vo), p.dtype)
+        out = self.output(batch.rows)
         sinks = self.per_head_vector("sinks", p.sinks)
         slopes = self.per_head_vector("alibi_slopes", p.alibi_slopes)
         softcap = float(params.get("logits_soft_cap") or 0.0)
@@ -300,9 +299,17 @@ class VllmCall(CaseCalls):
         scale = self.sm_scale if self.sm_scale is not None else p.head_dim ** -0.5
 
         self.buffers.stage("plan")
+        planned_lens, planned_qsl = seq_lens, qsl
+        if other_plan:
+            # The run handed the scheduler_metadata of another batch: the same requests
+            # regrouped (restage.first_batch), in fresh tensors (the caller's stay the run's).
+            first = first_batch(batch)
+            planned_lens, planned_qsl = (
+                torch.tensor(first[n], dtype=torch.int32, device=self.device)
+                for n in ("seq_lens", "query_start_loc"))
         schedule = ns.get_scheduler_metadata(
-            batch.num_reqs, batch.num_qo_heads, batch.num_kv_heads, batch.head_dim, seq_lens,
-            p.dtype, qsl, p.causal, window, isa, True, None, cache_dtype)
+            batch.num_reqs, batch.num_qo_heads, batch.num_kv_heads, batch.head_dim,
+            planned_lens, p.dtype, planned_qsl, p.causal, window, isa, True, None, cache_dtype)
         if restaged is not None:
             restaged.rewrite()
         self.buffers.stage("run")
@@ -310,6 +317,18 @@ class VllmCall(CaseCalls):
             query, key_cache, value_cache, out, qsl, seq_lens, float(scale), p.causal, slopes,
             window, table, softcap, schedule, sinks, None, k_scale, v_scale, cache_dtype)
         return {"o": out}
+
+    def output(self, rows: int):
+        """The output the run writes into. cpu_attention_with_kv_cache allocates none: in the
+        call form where the library allocates (params out_form "library") it gets what vLLM's
+        own attention layer hands it, a fresh buffer of exactly the output's shape (poisoned,
+        so an element left unwritten shows; no canary band: nothing past it is the caller's).
+        Otherwise the caller's canary-banded buffer, strided where the case says."""
+        p = self.problem
+        shape = (rows, p.num_qo_heads, p.head_dim_vo)
+        if self.params.get("out_form", "given") == "library":
+            return self.buffers.output(shape, p.dtype, "out", canary_elems=0)
+        return self.views.output("out", shape, p.dtype)
 
     def named(self, ours: str) -> str:
         """The name the case gives this tensor: vLLM's, or the strided family's FlashInfer

