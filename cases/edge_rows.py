@@ -37,8 +37,9 @@ from typing import Iterator
 
 from cases.values import requires
 from cases._call_forms import forms
-from harness.model.case import Case, dtype_tag
-from harness.model.routes import op_of
+from cases._per_op import per_route
+from cases._tags import tag as id_tag
+from harness.model.case import Case
 
 FAMILY = "edge_rows"
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
@@ -68,7 +69,7 @@ def _params(i: int, head_dim: int, **extra) -> dict:
             "window_left": -1, **extra}
 
 
-def _single_prefill(backend):
+def _single_prefill(route):
     for i in range(len(DTYPES)):
         for variant, qo, kv, causal, window in SINGLES:
             yield variant, _params(i, (64, 128, 32)[i], qo_lens=qo, kv_lens=kv, causal=causal,
@@ -76,7 +77,7 @@ def _single_prefill(backend):
                                    layout=("NHD", "HND", "NHD")[i])
 
 
-def _single_decode(backend):
+def _single_decode(route):
     for i in range(len(DTYPES)):
         for variant, kv in (("kv_empty", 0), ("single_token", 1)):
             yield variant, _params(i, (128, 64, 256)[i], qo_lens=[1], kv_lens=[kv], causal=False,
@@ -113,18 +114,18 @@ def _batch_prefill(paged: bool):
             yield "batch_partial_unsplit", {**base, "partial_state": True}
 
 
-def _paged_prefill(backend):
+def _paged_prefill(route):
     yield from _batch_prefill(paged=True)
 
 
-def _ragged_prefill(backend):
+def _ragged_prefill(route):
     yield from _batch_prefill(paged=False)
 
 
-def _batch_decode(backend):
+def _batch_decode(route):
     for i in range(len(DTYPES)):
-        # ll4mi and aiter write no LSE from their own kernels.
-        lse = backend not in ("ll4mi", "aiter") or i == 0
+        # A route whose own kernel writes no LSE reaches it only without one.
+        lse = route.decode_lse or i == 0
         base = _params(i, (128, 64, 256)[i], qo_lens=[1] * len(DECODE_KV), kv_lens=DECODE_KV,
                        causal=False, return_lse=lse, page_size=(16, 1, 4)[i],
                        layout=("NHD", "HND", "NHD")[i], cache_form=("tuple", "single", "tuple")[i])
@@ -135,7 +136,7 @@ def _batch_decode(backend):
         yield "all_empty", {**base, "kv_lens": [0] * len(DECODE_KV)}
 
 
-def _merge_state(backend):
+def _merge_state(route):
     for i in range(len(DTYPES)):
         for merge in ("out_of_place", "in_place"):
             yield f"qo_empty_{merge}", _params(i, (64, 128, 32)[i], qo_lens=[3, 0, 1, 1],
@@ -165,7 +166,7 @@ def _merge_state(backend):
                     empty_state_values=(3.5, -7.0, 1e3)[i])
 
 
-def _mixed_batch(backend):
+def _mixed_batch(route):
     # Decodes first: two of the four are empty; then a prefill with masked rows, one with
     # no rows, one single token, one ordinary.
     qo = [1, 1, 1, 1, 9, 0, 1, 4]
@@ -181,30 +182,13 @@ def _mixed_batch(backend):
                                    "num_decodes": 2}
 
 
-_BY_OP = {
-    "single_prefill": _single_prefill, "single_decode": _single_decode,
-    "paged_prefill": _paged_prefill, "ragged_prefill": _ragged_prefill,
-    "batch_decode": _batch_decode, "merge_state": _merge_state, "mixed_batch": _mixed_batch,
-}
-
-
 def _tag(params: dict) -> str:
-    bits = [dtype_tag(params), f"b{len(params['qo_lens'])}"]
-    if "page_size" in params:
-        bits.append(f"p{params['page_size']}")
-    if params.get("layout") == "HND":
-        bits.append("hnd")
-    if params.get("return_lse"):
-        bits.append("lse")
-    return "-".join(bits)
+    return id_tag(params, "dims", "batch", "page", "hnd", "lse")
 
 
 def cases(routes, profile: str = "ci") -> Iterator[Case]:
-    for route in routes:
-        op = op_of(route)
-        if op not in _BY_OP:
-            continue
-        for variant, params in _BY_OP[op](route.split(".", 1)[0]):
+    for route, _, make, traits in per_route(routes, globals()):
+        for variant, params in make(traits):
             for form, tag in forms(params, _tag(params), profile == "full"):
                 yield Case(route=route, family=FAMILY, variant=variant, params=form,
                            expect="match", tag=tag, requires=requires(params))

@@ -7,11 +7,12 @@ seconds each on the host ("ci" profile):
                  chunk (long requests split, short ones not)
   batch_many     256+ short requests in one batch
   page_ids_64k   every paged route (paged prefill, batch decode on every backend, with
-                 and without LSE so ll4mi and aiter reach their own kernels, the mixed
+                 and without LSE so a decode kernel that writes none is reached, the mixed
                  batch) with every page id past 65,535 and pages of several tokens
 
   offset_past_2_31_host  every paged route with page ids whose element offset passes 2^31,
-                 in lazily allocated pools (one kv head, a few short requests)
+                 in lazily allocated pools (one kv head, a few short requests); not on a
+                 route that declares eager pools (harness/model/routes.py)
 
   rows_past_2_31_k / _v  ragged prefill and the single routes with k (or v) passed as a view
                  whose token stride puts its last rows past element 2^31, over a lazily
@@ -27,8 +28,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from harness.model.case import Case, dtype_tag
-from harness.model.routes import op_of
+from cases._per_op import per_route
+from cases._tags import tag as id_tag
+from harness.model.case import Case
 
 FAMILY = "scale"
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
@@ -44,12 +46,6 @@ PAST_2_31 = {"page_size": 16, "page_id_offset": (1 << 17) + 4096}
 # pools (4 GiB each, 16-bit) are allocated lazily and snapshotted sparsely
 # (harness/model/builders.py): only the requests' pages and their neighbours are resident.
 PAST_2_31_HOST = {"page_size": 16, "page_id_offset": (1 << 21) + 4096}
-
-
-# Backends whose adapter fills a whole cache of its own (vLLM's CPU attention: the caller's
-# torch.zeros cache, written by the library's cache writer), which a pool past 2^31 elements
-# makes resident: 8.6 GB measured for one such case, so they get no ci case past 2^31.
-EAGER_POOLS = ("vllm",)
 
 
 def element_offset(params: dict) -> int:
@@ -98,7 +94,7 @@ def _far_rows(op):
                                                 strided=f"{side}_far")
 
 
-def _single_prefill(backend, full):
+def _single_prefill(route, full):
     yield "long_kv", _params("bf16", 128, (2, 1), qo_lens=[8], kv_lens=[8192], causal=True,
                              return_lse=True)
     yield from _far_rows("single_prefill")
@@ -107,7 +103,7 @@ def _single_prefill(backend, full):
                                       causal=True, return_lse=True)
 
 
-def _single_decode(backend, full):
+def _single_decode(route, full):
     yield "long_kv", _params("fp16", 128, (8, 1), qo_lens=[1], kv_lens=[8192], causal=False,
                              return_lse=True)
     yield from _far_rows("single_decode")
@@ -116,7 +112,7 @@ def _single_decode(backend, full):
                                       causal=False, return_lse=True)
 
 
-def _paged_prefill(backend, full):
+def _paged_prefill(route, full):
     yield "long_kv", _params("fp16", 128, (2, 1), qo_lens=[8, 3, 1], kv_lens=[8192, 700, 5],
                              causal=True, return_lse=True, page_size=16, cache_form="tuple")
     qo, kv = _short_lens(260, decode=False)
@@ -138,7 +134,7 @@ def _paged_prefill(backend, full):
                                           **PAST_2_31)
 
 
-def _ragged_prefill(backend, full):
+def _ragged_prefill(route, full):
     yield "long_kv", _params("bf16", 64, (4, 4), qo_lens=[8, 2], kv_lens=[6000, 100],
                              causal=True, return_lse=True)
     qo, kv = _short_lens(260, decode=False)
@@ -150,10 +146,10 @@ def _ragged_prefill(backend, full):
                                       kv_lens=[32768, 65536], causal=True, return_lse=True)
 
 
-def _batch_decode(backend, full):
-    # ll4mi and aiter reach their own kernels only without LSE. head_dim 64: ll4mi's host
-    # emulation recomputes every logit per value slice, so it is the slowest route here.
-    lse = backend not in ("ll4mi", "aiter")
+def _batch_decode(route, full):
+    # A route whose own kernel writes no LSE reaches it only without one. head_dim 64: an
+    # emulated decode kernel that recomputes every logit per value slice is the slowest here.
+    lse = route.decode_lse
     yield "long_kv", _params("bf16", 64, (4, 1), qo_lens=[1] * 3, kv_lens=[8192, 1000, 5],
                              causal=False, return_lse=lse, page_size=16)
     _, kv = _short_lens(300, decode=True)
@@ -175,12 +171,12 @@ def _batch_decode(backend, full):
                                           return_lse=lse, **PAST_2_31)
 
 
-def _merge_state(backend, full):
+def _merge_state(route, full):
     yield "long_kv", _params("fp16", 64, (4, 2), qo_lens=[4, 1], kv_lens=[8192, 3000],
                              causal=False, return_lse=True)
 
 
-def _mixed_batch(backend, full):
+def _mixed_batch(route, full):
     yield "long_kv", _params("bf16", 128, (2, 1), qo_lens=[1, 1, 8], kv_lens=[8000, 3000, 4096],
                              causal=True, return_lse=False, page_size=16, num_decodes=2)
     _, kv = _short_lens(256, decode=True)
@@ -199,36 +195,17 @@ def _mixed_batch(backend, full):
                                           num_decodes=2, **PAST_2_31)
 
 
-_BY_OP = {
-    "single_prefill": _single_prefill, "single_decode": _single_decode,
-    "paged_prefill": _paged_prefill, "ragged_prefill": _ragged_prefill,
-    "batch_decode": _batch_decode, "merge_state": _merge_state, "mixed_batch": _mixed_batch,
-}
-
-
 def _tag(params: dict) -> str:
-    kv = max(params["kv_lens"])
-    bits = [dtype_tag(params), f"b{len(params['kv_lens'])}",
-            f"k{kv // 1024}k" if kv >= 1024 else f"k{kv}"]
-    if "page_size" in params:
-        bits.append(f"p{params['page_size']}")
-    if params.get("page_id_offset"):
-        bits.append(f"pid{params['page_id_offset']}")
-    if params.get("return_lse"):
-        bits.append("lse")
-    return "-".join(bits)
+    return id_tag(params, "dims", "batch", "kv_kilo", "page", "page_ids", "lse")
 
 
 def cases(routes, profile: str = "ci") -> Iterator[Case]:
     if profile not in PROFILES:
         raise ValueError(f"scale: profile {profile!r} is not one of {PROFILES}")
-    for route in routes:
-        op = op_of(route)
-        if op not in _BY_OP:
-            continue
-        backend = route.split(".", 1)[0]
-        for variant, params in _BY_OP[op](backend, profile == "full"):
-            if variant == "offset_past_2_31_host" and backend in EAGER_POOLS:
+    for route, _, make, traits in per_route(routes, globals()):
+        for variant, params in make(traits, profile == "full"):
+            # A route whose adapter fills its pools eagerly would hold them resident.
+            if variant == "offset_past_2_31_host" and traits.eager_pools:
                 continue
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match", tag=_tag(params))

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from harness.model.case import Case, dtype_tag
-from harness.model.routes import op_of
+from cases._per_op import per_route
+from cases._tags import tag as id_tag
+from harness.model.case import Case
 
 FAMILY = "schedule"
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
@@ -92,7 +93,7 @@ def _ws_fit(dtype, head_dim, heads, qo, kv, **extra) -> dict:
 ROWS = 2 * TILE_ROWS + 22          # three tiles, the last one partial
 
 
-def _single_prefill(backend):
+def _single_prefill(route):
     yield "tiles", _p("bf16", 64, (4, 2), qo_lens=[ROWS], kv_lens=[ROWS + 20], causal=True,
                       return_lse=True)
     yield "tiles_one_past", _p("fp16", 128, (2, 1), qo_lens=[TILE_ROWS + 1],
@@ -104,7 +105,7 @@ def _single_prefill(backend):
                              kv_lens=[ROWS + 7], causal=True, return_lse=True)
 
 
-def _single_decode(backend):
+def _single_decode(route):
     yield "vo_dim", _p("bf16", 128, (8, 2), head_dim_vo=64, qo_lens=[1], kv_lens=[300],
                        causal=False, return_lse=True)
     yield "vo_dim_wide", _p("fp16", 64, (4, 4), head_dim_vo=128, qo_lens=[1], kv_lens=[77],
@@ -131,7 +132,7 @@ def _batch_prefill(paged: bool):
                              max_kv_chunk=16, **pg())
 
 
-def _paged_prefill(backend):
+def _paged_prefill(route):
     yield from _batch_prefill(paged=True)
     # A CUDA-graph plan (always split) stages the custom mask into its one fixed buffer.
     yield "mask_graph", _p("fp32", 64, (4, 2), qo_lens=[5, 17, 1], kv_lens=[20, 40, 33],
@@ -139,13 +140,13 @@ def _paged_prefill(backend):
                            return_lse=True, page_size=16, cache_form="tuple")
 
 
-def _ragged_prefill(backend):
+def _ragged_prefill(route):
     yield from _batch_prefill(paged=False)
 
 
-def _batch_decode(backend):
-    # ll4mi and aiter reach their own kernels only without LSE.
-    lse = backend not in ("ll4mi", "aiter")
+def _batch_decode(route):
+    # A route whose own kernel writes no LSE reaches it only without one.
+    lse = route.decode_lse
     yield "ws_fit_split", _ws_fit("bf16", 64, (8, 2), [1, 1, 1], [1300, 40, 700],
                                   causal=False, return_lse=lse, page_size=16,
                                   cache_form="tuple")
@@ -154,7 +155,7 @@ def _batch_decode(backend):
                                       layout="HND", cache_form="single")
 
 
-def _merge_state(backend):
+def _merge_state(route):
     for merge in ("out_of_place", "in_place"):
         yield f"tiles_{merge}", _p("bf16", 64, (4, 2), qo_lens=[ROWS, 2], kv_lens=[300, 9],
                                    causal=False, return_lse=True, merge=merge)
@@ -163,7 +164,7 @@ def _merge_state(backend):
                                     merge=merge)
 
 
-def _mixed_batch(backend):
+def _mixed_batch(route):
     yield "prefill_tiles", _p("bf16", 64, (4, 2), qo_lens=[1, 1, ROWS, TILE_ROWS + 6],
                               kv_lens=[40, 9, ROWS + 20, 80], causal=True, return_lse=False,
                               page_size=16, num_decodes=2)
@@ -172,27 +173,9 @@ def _mixed_batch(backend):
                                      return_lse=False, page_size=1, num_decodes=1)
 
 
-_BY_OP = {
-    "single_prefill": _single_prefill, "single_decode": _single_decode,
-    "paged_prefill": _paged_prefill, "ragged_prefill": _ragged_prefill,
-    "batch_decode": _batch_decode, "merge_state": _merge_state, "mixed_batch": _mixed_batch,
-}
-
-
 def _tag(params: dict) -> str:
-    bits = [dtype_tag(params), f"b{len(params['qo_lens'])}", f"q{max(params['qo_lens'])}",
-            f"k{max(params['kv_lens'])}"]
-    if "page_size" in params:
-        bits.append(f"p{params['page_size']}")
-    if params.get("layout") == "HND":
-        bits.append("hnd")
-    if params.get("max_kv_chunk"):
-        bits.append(f"chunk{params['max_kv_chunk']}")
-    if params.get("workspace_bytes"):
-        bits.append(f"ws{params['workspace_bytes']}")
-    if params.get("return_lse"):
-        bits.append("lse")
-    return "-".join(bits)
+    return id_tag(params, "dims", "batch", "q_max", "kv_max", "page", "hnd", "chunk_set",
+                  "workspace", "lse")
 
 
 # Two shapes for the workspace edges: (dtype, head_dim, heads, head_dim_vo, prefill (qo, kv),
@@ -202,13 +185,13 @@ WS_EDGE_SHAPES = (("bf16", 64, (4, 2), 64, ([5, 3], [600, 40]), [600, 40, 530]),
 WS_EDGE_CHUNK = 64
 
 
-def ws_edges(op: str, backend: str):
+def ws_edges(op: str, route):
     """(variant, params, expect, refuse words) at the workspace boundary of a fit."""
     for n, (dtype, d, heads, dv, (qo, kv), dec_kv) in enumerate(WS_EDGE_SHAPES):
         if op == "batch_decode":
             qo, kv, dv = [1] * len(dec_kv), dec_kv, d     # one head_dim for k and v
             extra = {"causal": False, "page_size": 16, "cache_form": "tuple",
-                     "return_lse": backend not in ("ll4mi", "aiter")}
+                     "return_lse": route.decode_lse}
         else:
             extra = {"causal": n == 0, "return_lse": True, "head_dim_vo": dv}
             if op == "paged_prefill":
@@ -241,10 +224,7 @@ def _bad_chunk(op: str, chunk: int) -> dict:
 
 
 def cases(routes) -> Iterator[Case]:
-    for route in routes:
-        op = op_of(route)
-        if op not in _BY_OP:
-            continue
+    for route, op, make, traits in per_route(routes, globals()):
         if op in SPLIT_OPS:
             for variant, chunk in BAD_CHUNKS:
                 params = _bad_chunk(op, chunk)
@@ -252,12 +232,12 @@ def cases(routes) -> Iterator[Case]:
                            expect="refuse", refuse_words=("max_kv_chunk", str(abs(chunk))),
                            tag=_tag(params), requires=("split_control",))
         if op in SPLIT_OPS:
-            for variant, params, expect, words in ws_edges(op, route.split(".", 1)[0]):
+            for variant, params, expect, words in ws_edges(op, traits):
                 needs = _requires(params) + (("split_control",) if params.get("max_kv_chunk")
                                              else ())
                 yield Case(route=route, family=FAMILY, variant=variant, params=params,
                            expect=expect, refuse_words=words, tag=_tag(params), requires=needs)
-        for variant, params in _BY_OP[op](route.split(".", 1)[0]):
+        for variant, params in make(traits):
             needs = _requires(params)
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match", tag=_tag(params), requires=needs)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._per_op import per_route
+from cases._tags import tag as id_tag
 from harness.model.case import Case
-from harness.model.routes import op_of
 
 FAMILY = "valid"
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
@@ -51,11 +52,7 @@ def _mask_tag(causal, window_left):
 
 
 def _tag(params, *bits):
-    head_dim = params["head_dim"]
-    vo = params.get("head_dim_vo", head_dim)
-    d = f"d{head_dim}" if vo == head_dim else f"d{head_dim}v{vo}"
-    parts = [params["dtype"], d, f"h{params['num_qo_heads']}x{params['num_kv_heads']}"]
-    return "-".join(parts + [b for b in bits if b])
+    return id_tag(params, "dims_vo", extra=bits)
 
 
 # ---------------------------------------------------------------- single prefill
@@ -354,23 +351,9 @@ def sweeps(op: str, dtypes=("bf16", "fp16")):
                 "match" if d in COMMON_HEAD_DIMS else "match_or_refuse"
 
 
-_BY_OP = {
-    "single_prefill": _single_prefill,
-    "single_decode": _single_decode,
-    "paged_prefill": _paged_prefill,
-    "ragged_prefill": _ragged_prefill,
-    "batch_decode": _batch_decode,
-    "merge_state": _merge_state,
-    "mixed_batch": _mixed_batch,
-}
-
-
 def cases(routes, profile: str = "ci") -> Iterator[Case]:
-    for route in routes:
-        op = op_of(route)
-        if op not in _BY_OP:
-            continue
-        for variant, params, tag in _BY_OP[op]():
+    for route, op, make, _ in per_route(routes, globals()):
+        for variant, params, tag in make():
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match", tag=tag)
         if op in ("paged_prefill", "batch_decode", "mixed_batch"):

@@ -46,8 +46,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
-from harness.model.case import Case, dtype_tag
-from harness.model.routes import op_of
+from cases._per_op import per_route
+from cases._tags import tag as id_tag
+from harness.model.case import Case
 
 FAMILY = "values"
 OPS = ("single_prefill", "single_decode", "paged_prefill", "ragged_prefill",
@@ -75,36 +76,25 @@ def _chunked(params: dict, i: int) -> dict:
     return params
 
 
-def _bits(params: dict) -> list[str]:
-    """The id tail beyond dtype/head bits: what tells two cases of one kind apart."""
-    bits = []
-    if params.get("causal"):
-        bits.append("causal")
-    if params.get("window_left", -1) >= 0:
-        bits.append(f"w{params['window_left']}")
-    if "page_size" in params:
-        bits.append(f"p{params['page_size']}")
-    if "max_kv_chunk" in params:
-        bits.append(f"chunk{params['max_kv_chunk']}")
-    if params.get("return_lse"):
-        bits.append("lse")
-    return bits
+def _tag(params: dict, *extra: str) -> str:
+    """dtype/head bits, then what tells two cases of one kind apart."""
+    return id_tag(params, "dims", "causal", "window", "page", "chunk", "lse", extra=extra)
 
 
 # ---------------------------------------------------------------- per op, per (kind, dtype index)
 
-def _single_prefill(kind, i, backend):
+def _single_prefill(kind, i, route):
     lens = (([17], [61], True, -1), ([1], [97], False, -1), ([31], [31], True, 7))[i]
     yield _params(kind, i, (64, 128, 256)[i], qo_lens=lens[0], kv_lens=lens[1], causal=lens[2],
                   window_left=lens[3], return_lse=True, layout=("NHD", "HND", "NHD")[i])
 
 
-def _single_decode(kind, i, backend):
+def _single_decode(kind, i, route):
     yield _params(kind, i, (128, 64, 256)[i], qo_lens=[1], kv_lens=[(37, 129, 300)[i]],
                   causal=False, return_lse=i != 1, layout=("HND", "NHD", "NHD")[i])
 
 
-def _paged_prefill(kind, i, backend):
+def _paged_prefill(kind, i, route):
     p = _params(kind, i, (128, 64, 128)[i], qo_lens=[5, 1, 13], kv_lens=[77, 30, 129],
                 causal=i != 1, return_lse=True, page_size=(16, 1, 16)[i],
                 layout=("NHD", "HND", "NHD")[i], cache_form=("tuple", "single", "tuple")[i])
@@ -115,7 +105,7 @@ def _paged_prefill(kind, i, backend):
         yield {**p, "max_kv_chunk": 16, "partial_state": True}
 
 
-def _ragged_prefill(kind, i, backend):
+def _ragged_prefill(kind, i, route):
     p = _params(kind, i, (64, 128, 64)[i], qo_lens=[7, 2, 19], kv_lens=[70, 45, 111],
                 causal=i != 1, return_lse=True)
     yield _chunked(p, i)
@@ -123,35 +113,31 @@ def _ragged_prefill(kind, i, backend):
         yield {**p, "max_kv_chunk": 32, "use_cuda_graph": True}
 
 
-def _batch_decode(kind, i, backend):
-    # ll4mi's own kernel: no LSE, head_dim a multiple of 64, no window. aiter's own kernel: no
-    # LSE; with LSE it runs its (split) fa2 shadow plan.
-    lse = {"ll4mi": False, "aiter": i == 0}.get(backend, i != 1)
+def _batch_decode(kind, i, route):
+    # A kernel that writes no LSE is reached only without one; where return_lse runs a
+    # (split) shadow plan of its own, the first dtype takes that plan.
+    if route.decode_lse:
+        lse = i != 1
+    else:
+        lse = route.lse_shadow_plan and i == 0
     p = _params(kind, i, (128, 64, 256)[i], qo_lens=[1] * 4, kv_lens=[45, 1, 130, 77],
                 causal=False, return_lse=lse, page_size=(16, 1, 16)[i],
                 layout=("NHD", "HND", "NHD")[i], cache_form=("tuple", "single", "tuple")[i])
     yield _chunked(p, i)
-    if kind == "large_logits" and backend in ("fa2", "fa2_tc"):
+    if kind == "large_logits" and route.graph_split_decode:
         yield {**p, "max_kv_chunk": 16, "use_cuda_graph": True}
 
 
-def _merge_state(kind, i, backend):
+def _merge_state(kind, i, route):
     for merge in ("out_of_place", "in_place"):
         yield _params(kind, i, (64, 128, 32)[i], qo_lens=[3, 5], kv_lens=[40, 77], causal=False,
                       return_lse=True, merge=merge)
 
 
-def _mixed_batch(kind, i, backend):
+def _mixed_batch(kind, i, route):
     yield _params(kind, i, (64, 128, 64)[i], qo_lens=[1, 1, 9, 17], kv_lens=[40, 3, 30, 17],
                   causal=True, return_lse=False, page_size=(16, 1, 16)[i], num_decodes=2,
                   window_left=(-1, -1, 11)[i])
-
-
-_BY_OP = {
-    "single_prefill": _single_prefill, "single_decode": _single_decode,
-    "paged_prefill": _paged_prefill, "ragged_prefill": _ragged_prefill,
-    "batch_decode": _batch_decode, "merge_state": _merge_state, "mixed_batch": _mixed_batch,
-}
 
 
 def requires(params: dict) -> tuple[str, ...]:
@@ -178,7 +164,7 @@ def _edge(kind: str, dtype: str, head_dim: int, **extra) -> dict:
             "num_kv_heads": hkv, "window_left": -1, **extra}
 
 
-def _edges(op: str, backend: str) -> Iterator[tuple[str, dict]]:
+def _edges(op: str, route) -> Iterator[tuple[str, dict]]:
     """(variant suffix, params) of every EDGES case of one op."""
     nonfinite = [("fp16", 64), ("bf16", 128)]
     if op in ("single_prefill", "paged_prefill", "ragged_prefill", "mixed_batch"):
@@ -221,8 +207,8 @@ def _edges(op: str, backend: str) -> Iterator[tuple[str, dict]]:
             yield merge, _edge("nan_k", "fp16", 64, qo_lens=[3, 1], kv_lens=[9, 4], causal=False,
                                return_lse=True, merge=merge, merge_empty="b")
     elif op in ("single_decode", "batch_decode"):
-        # ll4mi and aiter reach their own kernels only without the LSE.
-        lse = backend not in ("ll4mi", "aiter")
+        # A route whose own kernel writes no LSE reaches it only without one.
+        lse = route.decode_lse
         if op == "single_decode":
             shape = dict(qo_lens=[1], kv_lens=[37], causal=False, return_lse=True)
         else:
@@ -234,7 +220,7 @@ def _edges(op: str, backend: str) -> Iterator[tuple[str, dict]]:
         if op == "batch_decode":
             yield "fp8_e4m3", _edge("nan_k", "bf16", 64, **shape, kv_dtype="fp8_e4m3")
             yield "fp8_e4m3", _edge("nonfinite_v", "fp16", 128, **shape, kv_dtype="fp8_e4m3")
-            if backend in ("fa2", "fa2_tc"):
+            if route.graph_split_decode:
                 yield "graph", _edge("nan_k", "fp16", 64, **shape, max_kv_chunk=64,
                                      use_cuda_graph=True)
 
@@ -253,21 +239,17 @@ def _variant(params: dict) -> str:
 
 
 def cases(routes, profile: str = "ci") -> Iterator[Case]:
-    for route in routes:
-        op = op_of(route)
-        if op not in _BY_OP:
-            continue
-        backend = route.split(".", 1)[0]
+    for route, op, make, traits in per_route(routes, globals()):
         for kind in KINDS:
             for i in range(len(DTYPES)):
-                for params in _BY_OP[op](kind, i, backend):
-                    tag = "-".join([dtype_tag(params), *_bits(params)])
+                for params in make(kind, i, traits):
+                    tag = _tag(params)
                     for form, form_tag in forms(params, tag, profile == "full"):
                         yield Case(route=route, family=FAMILY, variant=_variant(params),
                                    params=form, expect="match", tag=form_tag,
                                    requires=requires(params))
-        for _, params in _edges(op, backend):
-            tag = "-".join([dtype_tag(params), *_bits(params)])
+        for _, params in _edges(op, traits):
+            tag = _tag(params)
             for form, form_tag in forms(params, tag, profile == "full"):
                 yield Case(route=route, family=FAMILY, variant=_variant(params), params=form,
                            expect="match", tag=form_tag, requires=requires(params))
@@ -276,5 +258,5 @@ def cases(routes, profile: str = "ci") -> Iterator[Case]:
                 # returns none (vLLM's CPU attention) meets every edge.
                 plain = {**params, "return_lse": False}
                 yield Case(route=route, family=FAMILY, variant=_variant(plain), params=plain,
-                           expect="match", tag="-".join([dtype_tag(plain), *_bits(plain), "nolse"]),
+                           expect="match", tag=_tag(plain, "nolse"),
                            requires=requires(plain))
