@@ -30,7 +30,8 @@ import functools
 import itertools
 from typing import Iterator
 
-from harness.model.case import Case, dtype_tag
+from cases._tags import tag as id_tag
+from harness.model.case import Case
 from harness.model.routes import op_of
 
 FAMILY = "features"
@@ -354,12 +355,7 @@ def _adversarial(op: str) -> Iterator[tuple[str, dict, tuple]]:
 
 
 def _tag(params: dict) -> str:
-    bits = [dtype_tag(params)]
-    if params.get("kv_dtype"):
-        bits.append(params["kv_dtype"].replace("fp8_", ""))
-    if params.get("layout", "NHD") != "NHD":
-        bits.append(params["layout"].lower())
-    return "-".join(bits)
+    return id_tag(params, "dims", "kv_dtype", "hnd")
 
 
 def _dtypes(params: dict, profile: str) -> Iterator[dict]:

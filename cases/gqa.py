@@ -18,6 +18,7 @@ from typing import Iterator
 
 from cases._call_forms import forms
 from cases._dtypes import own_or_first
+from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -65,7 +66,7 @@ def contract(hq: int, hkv: int) -> tuple[str, str, tuple[str, ...]]:
 
 
 def tag_of(params) -> str:
-    return f"{params['dtype']}-d{params['head_dim']}-h{params['num_qo_heads']}x{params['num_kv_heads']}"
+    return id_tag(params, "dims")
 
 
 def heads_case(route: str, params: dict, tag: str) -> Case:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -87,7 +88,7 @@ def cases(routes) -> Iterator[Case]:
             params = {**_BASE, "qo_lens": qo, "kv_lens": kv, "return_lse": True,
                       "max_kv_chunk": chunk, "capacity": {"qo_lens": cap_qo, "kv_lens": cap_kv},
                       "prefix_tokens": prefix}
-            tag = f"bf16-d64-h4x2-p16-chunk{chunk}-r{sum(cap_qo)}to{sum(qo)}"
+            tag = id_tag(params, "dims", "page", "chunk", extra=(f"r{sum(cap_qo)}to{sum(qo)}",))
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match", tag=tag,
                        requires=REQUIRES + (("partial_state",) if prefix else ()))
@@ -101,7 +102,7 @@ def _rows(routes) -> Iterator[Case]:
             params = {**_BASE, "qo_lens": qo, "kv_lens": kv, "return_lse": lse,
                       "capacity": {"qo_lens": cap_qo, "kv_lens": cap_kv},
                       "prefix_tokens": prefix}
-            tag = f"bf16-d64-h4x2-p16-r{sum(cap_qo)}to{sum(qo)}"
+            tag = id_tag(params, "dims", "page", extra=(f"r{sum(cap_qo)}to{sum(qo)}",))
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect=expect, refuse_words=words, tag=tag,
                        requires=REQUIRES + (("partial_state",) if prefix else ()))

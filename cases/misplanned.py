@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
+from cases._tags import tag as id_tag
 from harness.model import relations
 from harness.model.case import Case
 from harness.model.routes import op_of
@@ -150,10 +151,7 @@ def words_of(op: str, r, params) -> tuple:
 
 
 def _tag(p) -> str:
-    bits = [p["dtype"], f"d{p['head_dim']}", f"h{p['num_qo_heads']}x{p['num_kv_heads']}"]
-    if "page_size" in p:
-        bits.append(f"p{p['page_size']}")
-    return "-".join(bits)
+    return id_tag(p, "dims", "page")
 
 
 def _scenarios(op, base):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -47,6 +48,6 @@ def cases(routes) -> Iterator[Case]:
             continue
         for variant, nd, prefills, decode_kv, window, dtype in BATCHES:
             params = _params(nd, prefills, decode_kv, window, dtype)
-            tag = f"{dtype}-d64-h4x2-p16-b{len(params['qo_lens'])}"
+            tag = id_tag(params, "dims", "page", "batch")
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match", tag=tag)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -48,12 +49,11 @@ def _problem(op, dtype, shape, n) -> dict:
 
 
 def _tag(p, side) -> str:
-    bits = [p["dtype"], f"d{p['head_dim']}", f"h{p['num_qo_heads']}x{p['num_kv_heads']}"]
-    if "page_size" in p:
-        bits += [f"p{p['page_size']}", p["layout"].lower()]
     m = p["mismatch"]
     given = TORCH_NAME[m["value"]] if m["field"] == "dtype" else m["value"]
-    return "-".join(bits + [f"{side}{given}", "lse" if p["return_lse"] else "nolse"])
+    # A paged problem names its layout (NHD too).
+    bits = ("dims", "page", "layout") if "page_size" in p else ("dims",)
+    return id_tag(p, *bits, extra=(f"{side}{given}", "lse" if p["return_lse"] else "nolse"))
 
 
 def _case(route, variant, p, field, planned, given, side) -> Case:

@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._dtypes import own_or_first
+from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -97,7 +98,7 @@ def block_cases(routes, dtype: str) -> Iterator[Case]:
                 continue
             params = {**_BLOCK_BASE, **problem, "dtype": dtype, "restage": restage}
             fields = tuple(_FIELD[n] for n in restage)
-            tag = f"{dtype}-d128-h8x2-p16-kv{max(problem['kv_lens'])}"
+            tag = id_tag(params, "dims", "page", extra=(f"kv{max(params['kv_lens'])}",))
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
                        expect="match_or_refuse", tag=tag, refuse_words=("|".join(fields),),
                        requires=("metadata_restage",) + tuple(f"metadata.{f}" for f in fields))
@@ -119,7 +120,8 @@ def cases(routes, profile: str = "ci", dtypes=None) -> Iterator[Case]:
                           "sequence": sequence}
                 if where != "cpu":
                     params["index_device"] = where
-                tag = f"{dtype}-d128-h16x2-p16-kv{max(kv)}" + ("" if where == "cpu" else "-devidx")
+                tag = id_tag(params, "dims", "page",
+                             extra=(f"kv{max(kv)}", "" if where == "cpu" else "devidx"))
                 yield Case(route=route, family=FAMILY, variant=variant, params=params,
                            expect="match", tag=tag, requires=REQUIRES)
     yield from block_cases(routes, dtype)

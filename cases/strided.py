@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
+from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
 
@@ -83,19 +84,7 @@ WORDS_BY_OP = {"mixed_batch": {"q": ("query",), "k_cache": ("key_cache",),
 
 
 def _tag(params) -> str:
-    bits = [params["dtype"], f"d{params['head_dim']}",
-            f"h{params['num_qo_heads']}x{params['num_kv_heads']}"]
-    if "page_size" in params:
-        bits.append(f"p{params['page_size']}")
-    if "layout" in params:
-        bits.append(params["layout"].lower())
-    if params.get("cache_form") == "single":
-        bits.append("single")
-    if params.get("merge") == "in_place":
-        bits.append("in_place")
-    if "max_kv_chunk" in params:
-        bits.append(f"chunk{params['max_kv_chunk']}")
-    return "-".join(bits)
+    return id_tag(params, "dims", "page", "layout", "single", "in_place", "chunk")
 
 
 def _cases_for(op: str):
