@@ -37,6 +37,7 @@ from typing import Iterator
 
 from cases.values import requires
 from cases._call_forms import forms
+from cases._expect import of_case
 from cases._per_op import per_route
 from cases._tags import tag as id_tag
 from harness.model.case import Case
@@ -187,8 +188,8 @@ def _tag(params: dict) -> str:
 
 
 def cases(routes, profile: str = "ci") -> Iterator[Case]:
-    for route, _, make, traits in per_route(routes, globals()):
+    for route, op, make, traits in per_route(routes, globals()):
         for variant, params in make(traits):
             for form, tag in forms(params, _tag(params), profile == "full"):
                 yield Case(route=route, family=FAMILY, variant=variant, params=form,
-                           expect="match", tag=tag, requires=requires(params))
+                           tag=tag, requires=requires(params), **of_case(op, params))

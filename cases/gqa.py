@@ -18,6 +18,7 @@ from typing import Iterator
 
 from cases._call_forms import forms
 from cases._dtypes import own_or_first
+from cases._expect import expect, heads
 from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
@@ -57,12 +58,7 @@ PROBLEMS = {
 def contract(hq: int, hkv: int) -> tuple[str, str, tuple[str, ...]]:
     """(variant, expect, refusal words) of a head count pair: HEADS' rows, by rule, so that
     a shrunk case (other counts) is named and judged as the family would write it."""
-    if hkv == 0:
-        return "kv0", "refuse", ("num_kv_heads", "0")
-    variant = f"q{hq}_over_kv{hkv}"
-    if hq % hkv:
-        return variant, "refuse", ("num_qo_heads", str(hq), "num_kv_heads", str(hkv))
-    return variant, "match", ()
+    return ("kv0" if hkv == 0 else f"q{hq}_over_kv{hkv}"), *heads(hq, hkv)
 
 
 def tag_of(params) -> str:
@@ -70,8 +66,9 @@ def tag_of(params) -> str:
 
 
 def heads_case(route: str, params: dict, tag: str) -> Case:
-    variant, expect, words = contract(params["num_qo_heads"], params["num_kv_heads"])
-    return Case(route=route, family=FAMILY, variant=variant, params=params, expect=expect,
+    variant, _, _ = contract(params["num_qo_heads"], params["num_kv_heads"])
+    must, words = expect(op_of(route), params)
+    return Case(route=route, family=FAMILY, variant=variant, params=params, expect=must,
                 refuse_words=words, tag=tag)
 
 
@@ -90,8 +87,8 @@ def cases(routes, dtypes=None) -> Iterator[Case]:
             continue
         base = {"head_dim": 128, "window_left": -1,
                 "return_lse": op not in ("mixed_batch",), **PROBLEMS[op], "dtype": dtype}
-        for hq, hkv, variant, expect, words in HEADS:
+        for hq, hkv, variant, must, words in HEADS:
             params = {**base, "num_qo_heads": hq, "num_kv_heads": hkv}
-            assert contract(hq, hkv) == (variant, expect, words), (hq, hkv)
+            assert contract(hq, hkv) == (variant, must, words), (hq, hkv)
             for form, tag in forms(params, tag_of(params)):
                 yield heads_case(route, form, tag)

@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
+from cases._expect import of_case
 from cases._tags import tag as id_tag
 from harness.model import relations
 from harness.model.case import Case
@@ -171,12 +172,9 @@ def mismatch_case(route: str, variant: str, params: dict, tag: str) -> Case:
     """The case for one mismatch over a problem: its refusal words (the field, the value
     stated and the value given), tag and needs are derived from params alone, so a shrunk
     case gets them rebuilt by the same code."""
-    op = op_of(route)
     r = relations.BY_VARIANT[variant]
-    words = words_of(op, r, params)
-    expect = r.expect
-    return Case(route=route, family=FAMILY, variant=variant, params=params, expect=expect,
-                refuse_words=words, tag=tag, requires=(f"metadata.{r.field}",))
+    return Case(route=route, family=FAMILY, variant=variant, params=params, tag=tag,
+                requires=(f"metadata.{r.field}",), **of_case(op_of(route), params))
 
 
 def rebuild(case: Case, params: dict) -> Case:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._expect import of_case
 from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
@@ -50,4 +51,4 @@ def cases(routes) -> Iterator[Case]:
             params = _params(nd, prefills, decode_kv, window, dtype)
             tag = id_tag(params, "dims", "page", "batch")
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect="match", tag=tag)
+                       tag=tag, **of_case(op_of(route), params))

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._dtypes import each_declared
+from cases._expect import expect
 from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
@@ -55,6 +56,6 @@ def cases(routes, profile: str = "ci", dtypes=None) -> Iterator[Case]:
                               "window_left": -1 if window is None else window}
                     variant = f"d{head_size}" + ("" if window is None else f"_window{window}")
                     tag = id_tag(params, "dims", "page")
-                    expect = "match" if head_size & (head_size - 1) == 0 else "match_or_refuse"
+                    must, words = expect(op_of(route), params)
                     yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                               expect=expect, tag=tag)
+                               expect=must, refuse_words=words, tag=tag)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
+from cases._expect import expect
 from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
@@ -92,13 +93,10 @@ def _cases_for(op: str):
     for tensor, extra in TENSORS[op]:
         params = {**base, **extra, "strided": tensor}
         variant = tensor if tensor == "q_heads" else f"{tensor}_stride2"
-        # A head-sliced q is still packed along head_dim: a refusal of it names q.
-        named = "q" if tensor == "q_heads" else tensor
-        words = WORDS_BY_OP.get(op, {}).get(named) or WORDS.get(named, (named,))
-        yield variant, params, "match_or_refuse", words
+        yield variant, params
     for name in INDEX.get(op, ()):
-        yield f"{name}_every_other", {**base, "strided": name}, "match_or_refuse", (name,)
-        yield f"{name}_int64", {**base, "index_dtype": {name: "int64"}}, "match_or_refuse", (name,)
+        yield f"{name}_every_other", {**base, "strided": name}
+        yield f"{name}_int64", {**base, "index_dtype": {name: "int64"}}
 
 
 # Strided outputs need the caller's buffers; every other view is crossed with the
@@ -111,13 +109,15 @@ def cases(routes) -> Iterator[Case]:
         op = op_of(route)
         if op not in PROBLEMS:
             continue
-        for variant, params, expect, words in _cases_for(op):
+        for variant, params in _cases_for(op):
+            # Match or a refusal naming the tensor (cases/_expect.py), in every call form.
+            must, words = expect(op, params)
             tensor = params.get("strided")
             crossed = op != "merge_state" and tensor not in CALLER_BUFFERS
             for form, tag in (forms(params, _tag(params)) if crossed else
                               [(params, _tag(params))]):
                 yield Case(route=route, family=FAMILY, variant=variant, params=form,
-                           expect=expect, refuse_words=words, tag=tag)
+                           expect=must, refuse_words=words, tag=tag)
 
 
 def rebuild(case: Case, params: dict) -> Case:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._expect import expect
 from cases._per_op import per_route
 from cases._tags import tag as id_tag
 from harness.model.case import Case
@@ -337,30 +338,33 @@ _SWEEP_SHAPE = {
 
 
 def sweeps(op: str, dtypes=("bf16", "fp16")):
-    """(variant, params, tag, expect): group sizes (in dtypes[0]) and head sizes (in
-    dtypes[1]) on one op; the full profile passes every dtype for both."""
+    """(variant, params, tag): group sizes (in dtypes[0]) and head sizes (in dtypes[1]) on
+    one op; the full profile passes every dtype for both. The common head sizes must match,
+    the others may be refused (cases/_expect.py)."""
     shape = dict(_SWEEP_SHAPE[op], window_left=-1, return_lse=op != "mixed_batch")
     for dtype in dtypes[:1] if len(dtypes) == 2 else dtypes:
         for g in GROUP_SIZES:
             p = _base(dtype, 64, (2 * g, 2), **shape)
-            yield f"group{g}", p, _tag(p), "match"
+            yield f"group{g}", p, _tag(p)
     for dtype in dtypes[1:] if len(dtypes) == 2 else dtypes:
         for d in SWEEP_HEAD_DIMS:
             p = _base(dtype, d, (4, 2), **shape)
-            yield f"head_dim{d}", p, _tag(p), \
-                "match" if d in COMMON_HEAD_DIMS else "match_or_refuse"
+            yield f"head_dim{d}", p, _tag(p)
+
+
+def _case(route: str, op: str, variant: str, params: dict, tag: str) -> Case:
+    must, words = expect(op, params)
+    return Case(route=route, family=FAMILY, variant=variant, params=params, expect=must,
+                refuse_words=words, tag=tag)
 
 
 def cases(routes, profile: str = "ci") -> Iterator[Case]:
+    dtypes = ("bf16", "fp16", "fp32") if profile == "full" else ("bf16", "fp16")
     for route, op, make, _ in per_route(routes, globals()):
         for variant, params, tag in make():
-            yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect="match", tag=tag)
+            yield _case(route, op, variant, params, tag)
         if op in ("paged_prefill", "batch_decode", "mixed_batch"):
             for variant, params, tag in odd_pages(op):
-                yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                           expect="match", tag=tag)
-        dtypes = ("bf16", "fp16", "fp32") if profile == "full" else ("bf16", "fp16")
-        for variant, params, tag, expect in sweeps(op, dtypes):
-            yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect=expect, tag=tag)
+                yield _case(route, op, variant, params, tag)
+        for variant, params, tag in sweeps(op, dtypes):
+            yield _case(route, op, variant, params, tag)

@@ -46,6 +46,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from cases._call_forms import forms
+from cases._expect import of_case
 from cases._per_op import per_route
 from cases._tags import tag as id_tag
 from harness.model.case import Case
@@ -246,17 +247,17 @@ def cases(routes, profile: str = "ci") -> Iterator[Case]:
                     tag = _tag(params)
                     for form, form_tag in forms(params, tag, profile == "full"):
                         yield Case(route=route, family=FAMILY, variant=_variant(params),
-                                   params=form, expect="match", tag=form_tag,
+                                   params=form, tag=form_tag, **of_case(op, params),
                                    requires=requires(params))
         for _, params in _edges(op, traits):
             tag = _tag(params)
             for form, form_tag in forms(params, tag, profile == "full"):
                 yield Case(route=route, family=FAMILY, variant=_variant(params), params=form,
-                           expect="match", tag=form_tag, requires=requires(params))
+                           tag=form_tag, requires=requires(params), **of_case(op, params))
             if profile != "full" and params.get("return_lse") and not params.get("use_cuda_graph"):
                 # Without the LSE too (the full profile's forms have it): a library that
                 # returns none (vLLM's CPU attention) meets every edge.
                 plain = {**params, "return_lse": False}
                 yield Case(route=route, family=FAMILY, variant=_variant(plain), params=plain,
-                           expect="match", tag=_tag(plain, "nolse"),
+                           tag=_tag(plain, "nolse"), **of_case(op, plain),
                            requires=requires(plain))

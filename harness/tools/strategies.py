@@ -10,7 +10,8 @@ family names, any field misplanned bends.
 Each strategy is a small function; `cases(routes, family)` composes them into
 Case records. The expectation of a drawn case is never chosen by the strategy
 that drew it: `contract(op, params)` derives it from the params by the families'
-own rules, so a drawn case and a family case with the same params expect the same.
+one contract (cases/_expect.py), so a drawn case and a family case with the same params
+expect the same.
 
 Hypothesis shrinks a strategy's draw toward its first choice: every list below
 starts with the family's plainest value, so a shrunk case reads like a family case.
@@ -23,8 +24,9 @@ from typing import Any, Mapping
 
 from hypothesis import strategies as st
 
-from cases import gqa, graph_replan, misplanned, small_head, strided, valid, values
+from cases import gqa, misplanned, small_head, strided, valid, values
 from cases._call_forms import FORMS
+from cases._expect import expect
 from harness.model import relations
 from harness.model.case import Case, dtype_tag
 from harness.model.problem import normalize
@@ -354,39 +356,12 @@ def _mismatch_row(op: str, params: Mapping[str, Any]):
 
 
 def contract(op: str, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """(expect, refuse_words) of a case on `op` with these params, by the families' rules.
-
-    misplanned: run() off its plan must be refused, naming the field, the planned value
-      and the given one; q rows padded past the plan must match.
-    gqa: a group that does not divide, or no kv heads, must be refused naming the counts.
-    strided: a defined answer a library may not support: match or a refusal naming the
-      tensor (under any name strided's WORDS gives it); int64 index tensors likewise.
-    graph_replan: partial_state without an lse: match or a refusal naming lse.
-    valid, small_head: a head_dim outside valid's common ones: match or refuse.
-    Everything else (valid, values, edge_rows, mixed_batch): match.
-    """
-    if params.get("mismatch"):
-        _, expect, words = _mismatch_row(op, params)
-        return expect, words
-    n = normalize(params)
-    hq, hkv = n["num_qo_heads"], n["num_kv_heads"]
-    if hkv == 0:
-        return "refuse", ("num_kv_heads", "0")
-    if hq % hkv:
-        return "refuse", ("num_qo_heads", str(hq), "num_kv_heads", str(hkv))
-    if params.get("strided"):
-        tensor = params["strided"]
-        named = "q" if tensor == "q_heads" else tensor
-        words = strided.WORDS_BY_OP.get(op, {}).get(named) or strided.WORDS.get(named, (named,))
-        return "match_or_refuse", tuple(words)
-    if params.get("index_dtype"):
-        return "match_or_refuse", tuple(sorted(params["index_dtype"]))
-    if params.get("partial_state") and not params.get("return_lse"):
-        row = next(r for r in graph_replan.ROWS if r[0] == "partial_state_without_lse")
-        return row[7], tuple(row[8])
-    if any(d not in valid.COMMON_HEAD_DIMS for d in (n["head_dim"], n["head_dim_vo"])):
-        return "match_or_refuse", ()
-    return "match", ()
+    """(expect, refuse_words) of a case on `op` with these params: the families' one
+    contract (cases/_expect.py), on params checked first (a drawn value outside the model
+    raises ValueError naming it)."""
+    if not params.get("mismatch"):
+        normalize(params)
+    return expect(op, params)
 
 
 def requires(params: Mapping[str, Any]) -> tuple[str, ...]:
