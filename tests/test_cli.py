@@ -155,7 +155,9 @@ def test_before_after_table_markdown():
 def test_check_refuses_bad_options_naming_field_and_values(argv, words, capsys):
     from harness.cli import main
     # An empty selection is its own code (docs/ci.md); the others are usage errors.
-    assert main(["check", *argv]) == (4 if "no cases selected" in words else 2)
+    # -n 0: the held child says the same without starting xdist workers it would call off
+    # (that a run with workers is called off alike is test_held_start.py's, system tier).
+    assert main(["check", "-n", "0", *argv]) == (4 if "no cases selected" in words else 2)
     err = capsys.readouterr().err
     for word in words:
         assert word in err, err
@@ -168,7 +170,7 @@ def test_check_with_a_missing_library_is_a_usage_error(monkeypatch, capsys):
     def no_library(*args, **kwargs):
         raise RuntimeError("flashinfer target: `pip install flashinfer-python`")
     monkeypatch.setattr(harness.engine.session, "select_cases", no_library)
-    assert main(["check", "--target", "flashinfer"]) == 2
+    assert main(["check", "-n", "0", "--target", "flashinfer"]) == 2
     assert "pip install flashinfer-python" in capsys.readouterr().err
 
 
@@ -438,7 +440,7 @@ def test_check_with_an_unwritable_results_folder_is_one_line(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")   # a file where the folder would go
     results = blocker / "r.jsonl"
-    assert cli.main(["check", "--target", "faults", "--case-id", "none",
+    assert cli.main(["check", "--target", "faults", "-n", "0", "--case-id", "none",
                      "--results", str(results)]) == 2
     line = _one_line(capsys.readouterr().err)
     assert line.startswith(f"check: cannot write the results table {results}")
