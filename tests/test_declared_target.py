@@ -32,8 +32,11 @@ def _check(tmp_path, factory: str) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tiny")
-    return {f: _check(tmp, f) for f in ("make_target", "make_fixed_target")}
+    """Both libraries' runs, once per session (shared_run.once): a module fixture alone is
+    made again in each xdist worker that picks up one of these tests."""
+    from shared_run import once
+    return once(tmp_path_factory, "declared-target-runs",
+                lambda tmp: {f: _check(tmp, f) for f in ("make_target", "make_fixed_target")})
 
 
 def _variant_rows(rows, variant):

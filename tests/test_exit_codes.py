@@ -253,6 +253,7 @@ def test_a_stopped_controller_is_ended_by_the_parent_with_the_rows_kept(tmp_path
     assert [r["case_id"] for r in table.read_rows(results)][0].endswith("faults.none/n0")
 
 
+@pytest.mark.system   # a real process under a file-size limit, with xdist workers, is the subject
 def test_a_full_disk_under_xdist_stops_with_no_pass(tmp_path):
     """The table cannot take a fourth row (a file-size limit stands in for a full disk): the
     run stops on a whole row and says so once; no PASS, never 0."""
