@@ -9,6 +9,8 @@ case, a drawn one and a shrunk one with the same params expect the same.
   gqa         a group that does not divide, or no kv heads, must be refused naming the counts.
   strided     a defined answer a library may not support: match or a refusal naming the
               tensor (under any name strided's WORDS gives it); int64 index tensors likewise.
+  scale       k or v rows a token stride apart, the last past element 2^31 (k_far, v_far):
+              each row is packed, a layout every library takes: match.
   graph_replan  partial_state without an lse: match or a refusal naming lse.
   valid, small_head  a head_dim outside valid's common ones: match or refuse.
   Everything else: match.
@@ -19,6 +21,10 @@ where it writes them. No torch here: families are imported where no library is.
 from __future__ import annotations
 
 from typing import Any, Mapping
+
+# scale's views whose packed rows lie a token stride apart (harness/model/params.py strided).
+FAR_ROWS = ("k_far", "v_far")
+
 
 def heads(hq: int, hkv: int) -> tuple[str, tuple[str, ...]]:
     """The GQA rule: a head count pair without a whole group must be refused, naming them."""
@@ -49,6 +55,8 @@ def expect(op: str, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
     rule = heads(hq, hkv)
     if rule[0] != "match":
         return rule
+    if params.get("strided") in FAR_ROWS:
+        return "match", ()
     if params.get("strided"):
         return "match_or_refuse", strided_words(op, params["strided"])
     if params.get("index_dtype"):

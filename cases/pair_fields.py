@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._expect import of_case
 from cases._tags import tag as id_tag
 from harness.model.case import Case
 from harness.model.routes import op_of
@@ -56,12 +57,11 @@ def _tag(p, side) -> str:
     return id_tag(p, *bits, extra=(f"{side}{given}", "lse" if p["return_lse"] else "nolse"))
 
 
-def _case(route, variant, p, field, planned, given, side) -> Case:
+def _case(route, variant, p, field, given, side) -> Case:
     p = {**p, "mismatch": {"field": field, "value": given, "only": side}}
-    shown = (TORCH_NAME[planned], TORCH_NAME[given]) if field == "dtype" else (planned, given)
-    return Case(route=route, family=FAMILY, variant=variant, params=p, expect="refuse",
-                refuse_words=(field, *map(str, shown)), tag=_tag(p, side),
-                requires=(f"metadata.{field}",))
+    # Refused, naming the field, the planned value and the given one (cases/_expect.py).
+    return Case(route=route, family=FAMILY, variant=variant, params=p, tag=_tag(p, side),
+                requires=(f"metadata.{field}",), **of_case(op_of(route), p))
 
 
 def cases(routes) -> Iterator[Case]:
@@ -72,7 +72,7 @@ def cases(routes) -> Iterator[Case]:
         for side in ("k", "v"):
             for n, (planned, given) in enumerate(DTYPE_PAIRS):
                 p = _problem(op, planned, SHAPES[n % 2], n)
-                yield _case(route, f"kv_dtype_{side}", p, "dtype", planned, given, side)
+                yield _case(route, f"kv_dtype_{side}", p, "dtype", given, side)
             if op == "ragged_prefill":
                 continue
             for n, dtype in enumerate(("bf16", "fp16", "fp32")):
@@ -80,5 +80,4 @@ def cases(routes) -> Iterator[Case]:
                     if (n + s) % 3 == 2:
                         continue      # two shapes over three dtypes: four of the six pairs
                     p = _problem(op, dtype, shape, n + s)
-                    yield _case(route, f"page_size_{side}", p, "page_size", shape[2], shape[3],
-                                side)
+                    yield _case(route, f"page_size_{side}", p, "page_size", shape[3], side)

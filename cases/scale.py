@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from cases._expect import of_case
 from cases._per_op import per_route
 from cases._tags import tag as id_tag
 from harness.model.case import Case
@@ -202,10 +203,10 @@ def _tag(params: dict) -> str:
 def cases(routes, profile: str = "ci") -> Iterator[Case]:
     if profile not in PROFILES:
         raise ValueError(f"scale: profile {profile!r} is not one of {PROFILES}")
-    for route, _, make, traits in per_route(routes, globals()):
+    for route, op, make, traits in per_route(routes, globals()):
         for variant, params in make(traits, profile == "full"):
             # A route whose adapter fills its pools eagerly would hold them resident.
             if variant == "offset_past_2_31_host" and traits.eager_pools:
                 continue
             yield Case(route=route, family=FAMILY, variant=variant, params=params,
-                       expect="match", tag=_tag(params))
+                       tag=_tag(params), **of_case(op, params))
