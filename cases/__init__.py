@@ -2,7 +2,13 @@
 
 A family module defines `OPS` (the ops it covers) and `cases(routes)`, a
 generator of Case records for the given routes. Families hold data only: no
-test logic, no tensors, no library imports.
+test logic, no tensors, no library imports, no backend names (where a route's
+kernel takes another path, a family asks the route's declared traits,
+harness/model/routes.py).
+
+What families share, once each: _per_op.py (a family's `_<op>` generator for a
+route, with the route's traits), _tags.py (the id tag's bits), _expect.py (the
+contract: expect(op, params)), _call_forms.py and _dtypes.py.
 """
 from __future__ import annotations
 
@@ -14,13 +20,14 @@ from typing import Iterable
 from harness.model.case import Case
 from harness.model.routes import BUNDLED_ROUTES, op_of
 
-_NOT_FAMILIES = {"conftest", "test_matrix"}
-
 
 def family_names() -> list[str]:
+    """Every module here but the shared helpers (`_*.py`): the pytest root that ran the cases
+    lives in harness/engine/pytest_root/, so nothing else sits beside the families
+    (tests/test_cases_families_only.py)."""
     names = []
     for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name in _NOT_FAMILIES:
+        if info.name.startswith("_"):
             continue
         names.append(info.name)
     return sorted(names)
