@@ -75,3 +75,15 @@ def of_case(op: str, params: Mapping[str, Any]) -> dict:
     """expect() as Case's keyword arguments (expect=, refuse_words=)."""
     must, words = expect(op, params)
     return {"expect": must, "refuse_words": words}
+
+
+def follow(case, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The contract of `case` moved to new params (shrink): expect()'s for them where the
+    case's own contract is expect()'s for its params; a case whose family states another (a
+    scenario's, a malformed input's, a cases file's own) keeps it."""
+    try:
+        if expect(case.op, case.params) != (case.expect, tuple(case.refuse_words)):
+            return case.expect, tuple(case.refuse_words)
+        return expect(case.op, params)
+    except (KeyError, ValueError):   # params the families' rules do not read
+        return case.expect, tuple(case.refuse_words)

@@ -152,3 +152,19 @@ def test_the_contract_is_the_families():
     # The family's own cases carry it (gqa's rows; valid's sweep of head sizes).
     for c in cases.generate(["gqa", "valid"], routes=["someone.single_prefill"]):
         assert expect(c.op, c.params) == (c.expect, c.refuse_words), c.id
+
+
+def test_a_shrunk_contract_follows_the_rule_only_where_the_case_followed_it():
+    from cases._expect import follow
+    from harness.model.case import Case
+    params = {"dtype": "bf16", "head_dim": 64, "num_qo_heads": 4, "num_kv_heads": 2,
+              "qo_lens": [9], "kv_lens": [9]}
+    plain = Case(route="x.single_prefill", family="values", variant="v", params=params)
+    # valid's rule: a head size outside the common ones may be refused.
+    assert follow(plain, {**params, "head_dim": 16}) == ("match_or_refuse", ())
+    assert follow(plain, {**params, "num_qo_heads": 3}) == \
+        ("refuse", ("num_qo_heads", "3", "num_kv_heads", "2"))
+    # A case whose family states its own contract keeps it.
+    own = Case(route="x.single_prefill", family="features", variant="v", params=params,
+               expect="refuse", refuse_words=("sinks",))
+    assert follow(own, {**params, "head_dim": 16}) == ("refuse", ("sinks",))
