@@ -35,7 +35,8 @@ import os
 import sys
 
 from harness.tools.options import (EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, DEFAULT_TARGET,
-                                   EXIT_EMPTY, absolute_path, add_selection, count,
+                                   EXIT_EMPTY, absolute_path, add_selection,
+                                   add_target_options, count,
                                    positive_seconds, select, selection_errors, workers)
 
 
@@ -109,7 +110,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="run the case matrix under pytest-xdist and summarize")
     add_selection(p)
-    p.add_argument("--disable-guards", default=None, help="all|name,name (test use)")
+    add_target_options(p)
     p.add_argument("--resume", action="store_true", help="continue a run; skip cases with rows")
     p.add_argument("-n", default="auto", type=workers,
                    help="xdist workers: auto, logical or a number [auto]; 0 runs in the one "
@@ -149,7 +150,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p = sub.add_parser("repro", help="run one case in a child process and print its row")
     p.add_argument("case_id")
     p.add_argument("--target", default=DEFAULT_TARGET)
-    p.add_argument("--disable-guards", default=None)
+    add_target_options(p)
     p.add_argument("--case-json", default=None, help="a JSON case file (from shrink)")
     p.add_argument("--cases-file", default=None, help="a JSON list of cases")
     p.add_argument("--json", action="store_true", help="print the row as one JSON line")

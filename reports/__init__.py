@@ -14,7 +14,7 @@ import pandas as pd
 
 from harness.model.classify import OUTCOMES  # noqa: F401  (one outcome list, re-exported)
 from harness.results.failure_classes import OUTCOME_ORDER
-from harness.results.repro_command import guard_names, repro_args, typed
+from harness.results.repro_command import guard_names, options_of, repro_args, typed
 from harness.results.summary import diffs_text, output_numbers  # noqa: F401  (re-exported)
 from harness.results.table import COLUMNS, load_table
 
@@ -131,7 +131,7 @@ def repro_command(row: Any) -> str:
     case_json, target = row.get("case_json"), row.get("target")
     return typed(repro_args(str(row.get("case_id")),
                             None if is_missing(target) else str(target),
-                            ",".join(guards_of(row)) or None,
+                            options_of(row),
                             None if is_missing(case_json) or not case_json else str(case_json)))
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from harness.model.capabilities import FEATURES, Capabilities
 from harness.model.case import Case
 from harness.targets.base import Target
+from harness.targets.descriptors.bundled import OPTIONS as BUNDLED_OPTIONS
 
 FAULTS = ("none", "wrong", "sigfpe", "segv", "abort", "exit3", "hang", "flaky",
           "poison", "victim", "sticky", "slow", "late")
@@ -88,8 +89,9 @@ class FaultsTarget(Target):
     routes = ROUTES
     capabilities = Capabilities(ops=frozenset({"single_prefill"}), features=FEATURES)
 
-    def validate_options(self, disable_guards=None) -> None:
-        """Test-only: any guard names pass through to the workers' environment."""
+    # The bundled library's options, declared the same way: any value passes (test-only),
+    # so a run's options reach the workers and the rows as they would for the library.
+    options = BUNDLED_OPTIONS
 
     def version(self) -> str:
         return "0"

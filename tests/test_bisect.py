@@ -156,7 +156,7 @@ def test_bisect_prints_one_line_per_step_as_it_goes(tmp_path, capsys):
                                         "step.txt": str(i)})
             for i, s in enumerate(states)]
     args = argparse.Namespace(repo=str(repo), good=shas[0], bad=shas[-1], case_id="the/case",
-                              python=sys.executable, disable_guards=None, target=None,
+                              python=sys.executable, target=None,
                               timeout=60.0, cache_dir=str(tmp_path / "cache"))
     assert main(args) == 0
     out, err = capsys.readouterr()
@@ -187,7 +187,7 @@ def _main(repo, good, bad, tmp_path):
 
     from harness.tools.bisect import main
     return main(argparse.Namespace(repo=str(repo), good=good, bad=bad, case_id="the/case",
-                                   python=sys.executable, disable_guards=None, target=None,
+                                   python=sys.executable, target=None,
                                    timeout=60.0, cache_dir=str(tmp_path / "cache")))
 
 

@@ -374,9 +374,9 @@ def stand_in_replay(monkeypatch, tmp_path):
     monkeypatch.setattr(sanitizer, "find_tool", lambda: "/opt/cuda/bin/compute-sanitizer")
     calls = []
 
-    def replay(row, target=None, disable_guards=None, tool="memcheck", timeout=0, *,
+    def replay(row, target=None, options=None, tool="memcheck", timeout=0, *,
                tool_path=None, cases_file=None):
-        calls.append({"case_id": row["case_id"], "target": target, "guards": disable_guards,
+        calls.append({"case_id": row["case_id"], "target": target, "options": options,
                       "tool": tool, "tool_path": tool_path, "cases_file": cases_file,
                       "table": table.read_rows(tmp_path / "r.jsonl")})
         return None if row["case_id"].endswith("faults.none/n0") else dict(REPORT, tool=tool)

@@ -148,7 +148,7 @@ def test_the_printed_repro_command_is_the_harness_command_and_files_go_under_cwd
     from harness.tools.shrink import add_arguments, repro_command
     small = shrunk_case(case(), {**case().params, "qo_lens": [1, 1, 1, 1]})
     path = write_case_file(small, tmp_path)
-    command = repro_command(small, path, "bundled", "all")
+    command = repro_command(small, path, "bundled", {"disable_guards": "all"})
     assert command.startswith(f"harness repro {small.id} --case-json {path}"), command
     assert command.endswith("--disable-guards all")
     parser = argparse.ArgumentParser()

@@ -104,7 +104,7 @@ def _make(target, fields: dict) -> str:
                    refuse_words=tuple(fields["refuse_words"]))
     row = {"outcome": fields["outcome"], "pass": False, "message": fields["message"],
            "commit": fields["commit"], "stage": fields["stage"]}
-    return script_text(case, target, row, fields["command"], disable_guards=fields["guards"])
+    return script_text(case, target, row, fields["command"], {"disable_guards": fields["guards"]})
 
 
 def _assert_inert(text: str, plain_text: str) -> None:
@@ -202,7 +202,7 @@ def test_the_registry_adapters_embed_hostile_cases_as_data(target_name):
 
     def script(tag, family, variant, words):
         c = replace(case, tag=tag, family=family, variant=variant, refuse_words=tuple(words))
-        return script_text(c, target, row, "harness repro x", disable_guards="g")
+        return script_text(c, target, row, "harness repro x", {"disable_guards": "g"})
 
     plain = script("x", "x", "x", ["x", "x"])
     shape, comments = _shape(plain), _comments(plain)

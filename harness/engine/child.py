@@ -3,7 +3,7 @@
 `repro` at each commit).
 
 One protocol: the parent hands the child a spec (cases or one case id, the target spec,
-guards, repeat, timeouts); the child leaves a worker's breadcrumbs (isolation.WorkerState:
+its options, repeat, timeouts); the child leaves a worker's breadcrumbs (isolation.WorkerState:
 faulthandler file, stage record, hang timer) and prints one `ROW <json>` line per finished
 case. One way a death becomes a row: the parent reads the breadcrumbs with
 isolation.diagnose and builds the row with row.from_death, as the xdist controller does.
@@ -48,7 +48,7 @@ class Spec:
     target: str
     cases: list = field(default_factory=list)      # Case objects (or case_id to look up)
     case_id: str | None = None
-    disable_guards: str | None = None
+    options: dict | None = None    # {name: value}; None: the environment's (target_options)
     repeat: int = 1
     case_timeout: float | None = None              # None: isolation.case_timeout's own
     # Each case's whole timeout as its parent computed it (the per-element allowance and the
@@ -56,23 +56,25 @@ class Spec:
     timeout_s: float | None = None
 
     def to_json(self) -> dict:
-        return {"target": self.target, "cases": [c.to_json() for c in self.cases],
-                "case_id": self.case_id, "disable_guards": self.disable_guards,
-                "repeat": self.repeat, "case_timeout": self.case_timeout,
-                "timeout_s": self.timeout_s}
+        return {**vars(self), "cases": [c.to_json() for c in self.cases]}
 
     @classmethod
     def from_json(cls, data: dict) -> "Spec":
         from harness.model.case import Case
-        return cls(target=data["target"], cases=[Case.from_json(c) for c in data["cases"]],
-                   case_id=data.get("case_id"), disable_guards=data.get("disable_guards"),
-                   repeat=int(data.get("repeat") or 1), case_timeout=data.get("case_timeout"),
-                   timeout_s=data.get("timeout_s"))
+        return cls(**{**data, "cases": [Case.from_json(c) for c in data["cases"]]})
 
     def timeout_for(self, case) -> float:
         if self.timeout_s:
             return float(self.timeout_s)
         return isolation.case_timeout(dict(case.params), self.case_timeout)
+
+
+def _init(self, target, *args, options=None, **kw):   # Spec(..., <option name>=value)
+    named = {k: kw.pop(k) for k in list(kw) if k not in Spec.__dataclass_fields__}
+    _fields_init(self, target, *args, **kw, options={**(options or {}), **named} or options)
+
+
+_fields_init, Spec.__init__ = Spec.__init__, _init
 
 
 @dataclass
@@ -182,8 +184,7 @@ def _outcome(spec: Spec, state_dir: str, lines: list[str], rc: int, killed: bool
 
 def _case_from(state_dir: str, case_id: str):
     from harness.model.case import Case
-    data = json.loads((Path(state_dir) / "case.json").read_text())
-    case = Case.from_json(data)
+    case = Case.from_json(json.loads((Path(state_dir) / "case.json").read_text()))
     assert case.id == case_id, (case.id, case_id)
     return case
 
@@ -256,8 +257,7 @@ def serve(spec: Spec, state_dir: str, target=None) -> int:
     """Run the spec's cases here, leaving breadcrumbs in state_dir; exit status 0 whatever
     the outcomes (a row says them), EXIT_UNKNOWN_CASE for an id that is nowhere."""
     from harness.engine.perform import perform, row_context
-    if spec.disable_guards:
-        os.environ["KERNELS_DISABLE_GUARDS"] = spec.disable_guards
+    from harness.model.target_options import from_env
     state = isolation.WorkerState(state_dir, WORKER)
     if target is None:
         from harness.targets import load_target
@@ -276,6 +276,7 @@ def serve(spec: Spec, state_dir: str, target=None) -> int:
                 print(f"{type(e).__name__}: {e}", file=sys.stderr)
                 return 2
             return 0
+    target.apply_options(from_env() if spec.options is None else spec.options)
     context = row_context(target)
     state.set_context(context)
     cases = _lookup(spec, target)

@@ -22,7 +22,8 @@ def row_context(target) -> dict:
         "harness_commit": _safe(identity.harness_commit),
         "shard": os.environ.get("HARNESS_SHARD", ""),   # harness/model/shard.py SHARD_ENV
         "build_hash": _safe(target.build_id),
-        "disable_guards": os.environ.get("KERNELS_DISABLE_GUARDS", ""),
+        # The target's options as this process runs with them, each in its own column.
+        **target.options_in_effect(),
     }
 
 

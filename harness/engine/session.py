@@ -24,13 +24,30 @@ def csv_list(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def check_guard_names(value: str | None, target: str = DEFAULT_TARGET) -> None:
-    """--disable-guards is for the target to judge (only the bundled library has guards):
+def check_target_options(options, target: str = DEFAULT_TARGET) -> None:
+    """Options are for the target to judge (harness/targets/base.py validate_options):
     ValueError naming the option when it cannot honour them."""
-    if not value:
+    from harness.model.target_options import given
+    if not given(options):
         return
     from harness.targets import load_target
-    load_target(target).validate_options(value)
+    load_target(target).validate_options(options)
+
+
+def load_runner(spec: str, options=None):
+    """The target a spec names, with this run's options in effect in this process: the
+    ones given, else those handed down through the environment (target_options.ENV)."""
+    from harness.model.target_options import from_env
+    from harness.targets import load_target
+    target = load_target(spec)
+    target.apply_options(from_env() if options is None else options)
+    return target
+
+
+def declared_options() -> tuple:
+    """The in-tree targets' options: the flags every command that runs cases offers."""
+    from harness.targets.descriptors import declared_options as declared
+    return declared()
 
 
 def default_profile() -> str:
@@ -133,10 +150,14 @@ class Run:
     def cases_by_id(self) -> dict:
         return {c.id: c for c in self.cases()}
 
+    def options(self) -> dict:
+        """The target options this run was given ({name: value}, the set ones)."""
+        from harness.model.target_options import given
+        return given({o.name: self.opt(o.name) for o in declared_options()})
+
     def target(self):
         if self._target is None:
-            from harness.targets import load_target
-            self._target = load_target(self.opt("target"))
+            self._target = load_runner(self.opt("target"), self.options())
         return self._target
 
     def identity(self) -> dict:

@@ -22,7 +22,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from harness.model.target_options import as_args
+from harness.results.repro_command import options_of
 from harness.results.summary import output_numbers, output_text
+from harness.results.table import OPTION_COLUMNS
 
 # Characters XML 1.0 cannot carry at all (a library's message may hold any byte), and the
 # bidi controls that would show a reader of the CI page text in another order than it is.
@@ -48,14 +51,12 @@ def _seconds(value) -> str:
 
 
 def default_repro(row: Mapping) -> str:
-    """`harness repro CASE_ID` with the row's target and guards (reports and check pass
+    """`harness repro CASE_ID` with the row's target and options (reports and check pass
     the project's own builder, harness/results/repro_command.py; this is for a bare table)."""
     args = ["harness", "repro", str(row.get("case_id", ""))]
     if row.get("target") and row.get("target") != "bundled":
         args += ["--target", str(row["target"])]
-    if row.get("disable_guards"):
-        args += ["--disable-guards", str(row["disable_guards"])]
-    return shlex.join(args)
+    return shlex.join(args + as_args(options_of(row)))
 
 
 def signal_of(row: Mapping) -> str:
@@ -107,7 +108,7 @@ def junit_tree(rows: Iterable[Mapping], *, suite: str = "attention-harness",
     props = ET.SubElement(ts, "properties")
     first = rows[0] if rows else {}
     for key in ("target", "target_version", "arch", "platform", "library_commit", "build_hash",
-                "run_id", "disable_guards"):
+                "run_id", *OPTION_COLUMNS):
         if first.get(key):
             ET.SubElement(props, "property", name=key, value=_clean(first.get(key)))
     failures = skipped = 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from harness.model.classify import OUTCOMES, SEVERITIES
+from harness.results.table import OPTION_COLUMNS
 
 # 2: a failure class is one cause (harness/results/failure_classes.py): `variant` is the
 # variants' shape (`<tensor>_stride<n>`), and a class lists its variants, tensors, stage,
@@ -73,7 +74,7 @@ SCHEMA = {
         "platform": {"type": "string"},
         "commit": {"type": "string"},
         "build_hash": {"type": "string"},
-        "disable_guards": {"type": ["string", "null"]},
+        **{c: {"type": ["string", "null"]} for c in OPTION_COLUMNS},   # the target's options
         "run_ids": {"type": "array", "items": {"type": "string"}},
         "versions": {"type": "object", "required": ["target"],
                      "additionalProperties": {"type": "string"}},
@@ -155,7 +156,7 @@ def summary(df, *, table: str | None = None, gating_ids: set | None = None,
         "target": _first(df, "target"), "arch": _first(df, "arch"),
         "platform": _first(df, "platform"), "commit": _first(df, "library_commit"),
         "build_hash": _first(df, "build_hash"),
-        "disable_guards": _first(df, "disable_guards") or None,
+        **{c: _first(df, c) or None for c in OPTION_COLUMNS},
         "run_ids": sorted({_text(v) for v in df["run_id"] if _text(v)}) if "run_id" in df.columns else [],
         "versions": _versions(df),
     }

@@ -29,6 +29,11 @@ from typing import Any, Iterable, Mapping
 
 from harness.model.classify import OUTCOMES
 
+# The columns the in-tree targets' options are recorded in (each descriptor's OPTIONS,
+# harness/targets/descriptors/: results cannot import targets, so this is the one place
+# their names pass through; tests/test_target_options.py checks the two agree). A reader
+# asks repro_command.options_of for the options a row ran with.
+OPTION_COLUMNS = ("disable_guards",)
 PER_OUTPUT_COLUMNS = ("o_max_abs_diff", "o_tolerance", "o_error_ratio",
                       "lse_max_abs_diff", "lse_tolerance", "lse_error_ratio")
 COLUMNS = (
@@ -37,7 +42,7 @@ COLUMNS = (
     "expect", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
     "first_bad_index", "message", "error_type", "stage", "duration_s",
     "severity", "tolerance", "baseline_error", "rel_error", "error_ratio",
-    "attempts", "repeat", "profile", "reruns", "isolation", "worker", "disable_guards",
+    "attempts", "repeat", "profile", "reruns", "isolation", "worker", *OPTION_COLUMNS,
     # compute-sanitizer's first report from `check --sanitizer` (harness/tools/sanitizer.py), or null
     "sanitizer",
     # o's and lse's own max |diff|, tolerance and max |diff| / tolerance (null when that output
@@ -281,7 +286,7 @@ def normalize_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if out["isolation"] not in ISOLATION:
         raise ValueError(f"row isolation must be one of {ISOLATION}, got {out['isolation']!r}")
     for col, default in (("reruns", 0), ("message", ""), ("stage", ""), ("severity", ""),
-                         ("error_type", ""), ("worker", ""), ("disable_guards", "")):
+                         ("error_type", ""), ("worker", ""), *((c, "") for c in OPTION_COLUMNS)):
         if out[col] is None:
             out[col] = default
     return out
@@ -380,7 +385,7 @@ def _is_attempts(v) -> bool:
         isinstance(v, list) and all(isinstance(a, dict) and _is_json_value(a) for a in v))
 
 
-def _is_guards(v) -> bool:
+def _is_option(v) -> bool:   # a comma list, or a list of its values (older tables)
     return v is None or isinstance(v, str) or (
         isinstance(v, list) and all(isinstance(x, str) for x in v))
 
@@ -414,7 +419,7 @@ SCHEMA: dict[str, tuple] = {
     "first_bad_index": (_is_index, "a list of indices, an index or null"),
     "params": (_is_params, "a JSON object, its JSON text, or null"),
     "attempts": (_is_attempts, "a list of attempt objects, its JSON text, or null"),
-    "disable_guards": (_is_guards, "a string, a list of strings, or null"),
+    **{c: (_is_option, "a string, a list of strings, or null") for c in OPTION_COLUMNS},
     "sanitizer": (_is_sanitizer, "an object, its JSON text, or null"),
     "flaky": (lambda v: v is None or isinstance(v, (bool, str)), "a boolean, a string or null"),
 }

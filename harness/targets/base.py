@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from harness.model.capabilities import Capabilities
+from harness.model.target_options import flag_of, given
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -56,11 +57,55 @@ class Target:
         return families_pkg.generate(families, routes=self.routes, profile=profile,
                                      dtypes=self.capabilities.dtypes)
 
-    def validate_options(self, disable_guards: str | None = None) -> None:
-        """Refuse options this target cannot honour (ValueError naming the option)."""
-        if disable_guards:
-            raise ValueError(f"--disable-guards: target {self.name!r} has no guards to disable "
-                             f"(got {disable_guards!r})")
+    # The options this target takes (its descriptor's OPTIONS; harness/model/target_options.py).
+    options: tuple = ()
+
+    def check_option(self, name: str, value: str) -> None:
+        """Refuse a value of a declared option this target cannot honour: ValueError whose
+        message starts with the option's flag. Every value passes unless the target says."""
+
+    def validate_options(self, options: Mapping[str, str] | None) -> None:
+        """Refuse options this target does not take, or values it cannot honour (ValueError
+        naming the option's flag and the value)."""
+        declared = {o.name for o in self.options}
+        for name, value in given(options).items():
+            if name not in declared:
+                raise ValueError(f"{flag_of(name)}: target {self.name!r} does not take it "
+                                 f"(got {value!r}); its options: "
+                                 f"{', '.join(o.flag for o in self.options) or 'none'}")
+            self.check_option(name, value)
+
+    def environment_error(self, options: Mapping[str, str] | None) -> str | None:
+        """A declared option's variable set in this process's environment by hand (not by
+        the option), judged as the option would be: one line, or None."""
+        import os
+        for opt in self.options:
+            value = os.environ.get(opt.env) if opt.env else None
+            if not value or given(options).get(opt.name):
+                continue
+            try:
+                self.check_option(opt.name, value)
+            except ValueError as why:
+                return f"{opt.env}={value}: " + str(why).replace(f"{opt.flag}: ", "", 1)
+        return None
+
+    def apply_options(self, options: Mapping[str, str] | None) -> None:
+        """Put the options into effect in this process: each one's variable set for the
+        library to read (a target whose options work otherwise overrides this)."""
+        import os
+        for opt in self.options:
+            value = given(options).get(opt.name)
+            if value and opt.env:
+                os.environ[opt.env] = value
+        self._applied = given(options)
+
+    def options_in_effect(self) -> dict[str, str]:
+        """Each declared option as this process runs with it, for the row: its variable
+        (set by the option or by hand), else the value applied."""
+        import os
+        applied = getattr(self, "_applied", {})
+        return {o.name: (os.environ.get(o.env, "") if o.env else applied.get(o.name, ""))
+                for o in self.options}
 
     def version(self) -> str:
         """Version string recorded on every row."""

@@ -78,12 +78,14 @@ class BundledTarget(Target):
     capabilities = descriptor.CAPABILITIES
     signature = descriptor.SIGNATURE
 
-    def validate_options(self, disable_guards: str | None = None) -> None:
+    options = descriptor.OPTIONS
+
+    def check_option(self, name: str, value: str) -> None:
         """--disable-guards names guards the library has (or `all`)."""
-        if not disable_guards:
+        if name != "disable_guards":
             return
         from kernels.guards import NAMES
-        names = {n.strip() for n in disable_guards.split(",") if n.strip()}
+        names = {n.strip() for n in value.split(",") if n.strip()}
         unknown = sorted(names - set(NAMES) - {"all"})
         if unknown:
             raise ValueError(f"--disable-guards: unknown guard(s) {unknown}; known: all, "

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from harness.results.repro_command import repro_args
-from harness.tools.options import positive_seconds
+from harness.tools.options import add_target_options, positive_seconds, target_options
 
 GOOD, BAD, SKIP = 0, 1, 125
 # repro's exit codes that say "this commit cannot answer", not "the case fails".
@@ -81,8 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--good", required=True, metavar="REV", help="a revision where the case passes")
     parser.add_argument("--bad", required=True, metavar="REV", help="a revision where it fails")
     parser.add_argument("--repo", default=".", metavar="PATH", help="the git checkout to bisect")
-    parser.add_argument("--disable-guards", default=None, metavar="NAMES",
-                        help="passed to repro at every step")
+    add_target_options(parser)   # each passed to repro at every step
     parser.add_argument("--target", default=None, help="passed to repro at every step")
     parser.add_argument("--python", default=sys.executable,
                         help="interpreter for the steps (default: this one, the venv's)")
@@ -101,9 +100,9 @@ def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     return proc
 
 
-def repro_command(python: str, case_id: str, disable_guards: str | None = None,
+def repro_command(python: str, case_id: str, options: dict | None = None,
                   target: str | None = None) -> list[str]:
-    return [python, "-m", "harness", *repro_args(case_id, target, disable_guards)]
+    return [python, "-m", "harness", *repro_args(case_id, target, options)]
 
 
 def first_bad(output: str) -> str | None:
@@ -188,7 +187,7 @@ def _check_ends(repo: Path, step: Path, config: Path, tmp: str, good_sha: str, b
 
 
 def bisect(repo, good: str, bad: str, case_id: str, *, python: str = sys.executable,
-           disable_guards: str | None = None, target: str | None = None,
+           options: dict | None = None, target: str | None = None,
            timeout: float = 600.0, cache_dir: str | None = None, out=None) -> dict:
     """Run the bisection; returns {"commit", "subject", "candidates", "steps", "output",
     "good", "bad"}.
@@ -216,7 +215,7 @@ def bisect(repo, good: str, bad: str, case_id: str, *, python: str = sys.executa
         config.write_text(json.dumps({
             "repo": str(repo), "timeout": timeout, "env": env, "steps": str(Path(tmp) / "steps"),
             "skip_codes": {str(k): v for k, v in SKIP_CODES.items()},
-            "command": repro_command(python, case_id, disable_guards, target),
+            "command": repro_command(python, case_id, options, target),
         }))
         ends = _check_ends(repo, step, config, tmp, good_sha, bad_sha, out)
         try:
@@ -237,7 +236,7 @@ def bisect(repo, good: str, bad: str, case_id: str, *, python: str = sys.executa
 def main(args: argparse.Namespace) -> int:
     try:
         result = bisect(args.repo, args.good, args.bad, args.case_id, python=args.python,
-                        disable_guards=args.disable_guards, target=args.target,
+                        options=target_options(args), target=args.target,
                         timeout=args.timeout, cache_dir=args.cache_dir, out=sys.stderr)
     except EndsError as e:
         print(f"bisect: {e}", file=sys.stderr)
@@ -257,7 +256,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(f"first bad commit: {result['commit']} {result['subject']}")
     if result["commit"] == result["bad"]:
-        repro = repro_command("", args.case_id, args.disable_guards, args.target)[3:]
+        repro = repro_command("", args.case_id, target_options(args), args.target)[3:]
         print(f"bisect: that is the --bad revision itself; check that the case passes at "
               f"--good and fails at --bad ({shlex.join(['harness', *repro])})", file=sys.stderr)
     return 0

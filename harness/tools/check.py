@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.engine import pytest_root
 from harness.results.summary import gating, summary_text
 from harness.tools.options import (EXIT_EMPTY, EXIT_FAIL, EXIT_NOT_TESTED, EXIT_PASS,
-                                   EXIT_USAGE, ROOT, child_env)
+                                   EXIT_USAGE, ROOT, child_env, options_said, target_options)
 
 # ------------------------------------------------------------------ check
 
@@ -33,8 +33,8 @@ def pytest_command(args, results: Path | None = None) -> list[str]:
         cmd += ["-n", str(args.n)]
     if args.reruns:
         cmd += ["--reruns", str(args.reruns)]
-    for opt in ("family", "route", "case_id", "cases_file", "disable_guards", "case_timeout",
-                "run_id", "repeat", "profile", "max_case_bytes"):
+    for opt in ("family", "route", "case_id", "cases_file", "case_timeout",
+                "run_id", "repeat", "profile", "max_case_bytes", *target_options(args)):
         value = getattr(args, opt, None)
         if value is not None:
             # One token, option=value: a value that starts with "-" must not read as an option.
@@ -568,9 +568,9 @@ def _cmd_check(args, held: list) -> int:
     skipped = skipped_line(df)
     if skipped and not untested:
         print(skipped)
-    if args.disable_guards:
-        print(f"guards disabled: {args.disable_guards}"
-              + ("" if args.markdown else "; --markdown FILE writes every failing row"))
+    said = options_said(target_options(args))
+    if said:   # a run with a target option set (guards off, say) fails many rows
+        print(said + ("" if args.markdown else "; --markdown FILE writes every failing row"))
     for err in ledger_errors:
         print(f"ledger: {err}", file=sys.stderr)
     print(f"results: {results}" + (f" (partial run: {selection}; the full table is untouched)"

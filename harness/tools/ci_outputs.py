@@ -19,14 +19,12 @@ from typing import Mapping
 
 from harness.results.junit import write_junit
 from harness.results.summary_json import annotations, summary, write_summary
-from harness.results.repro_command import repro_args, typed
+from harness.results.repro_command import options_of, repro_args, typed
 
 
 def row_repro(row: Mapping) -> str:
-    guards = row.get("disable_guards")
-    guards = guards if isinstance(guards, str) and guards else None
     target = row.get("target") if isinstance(row.get("target"), str) else None
-    return typed(repro_args(str(row.get("case_id", "")), target, guards))
+    return typed(repro_args(str(row.get("case_id", "")), target, options_of(row)))
 
 
 def write_ci_outputs(df, *, results=None, blocking=None, exit_code: int | None = None,

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import re
 import sys
@@ -47,6 +46,8 @@ from typing import Callable
 
 from harness.model.case import Case
 from harness.model.routes import DEFAULT_TARGET
+from harness.model.target_options import given
+from harness.tools.options import add_target_options, options_said, target_options
 
 EXIT_PASS, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ROUND_EXAMPLES = 40        # examples a search round generates before the next family's turn
@@ -82,8 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--examples", default=None,
                         help="stop after this many cases run, whatever the budget left "
                              "[the budget alone]")
-    parser.add_argument("--disable-guards", default=None, metavar="NAMES",
-                        help="all|name,name: the bundled library without these guards")
+    add_target_options(parser)
     parser.add_argument("--out", default=str(Path("results") / "explore"),
                         help="folder for shrunk case files [results/explore]")
     parser.add_argument("--case-timeout", default=None,
@@ -100,18 +100,26 @@ class Options:
     families: list[str]
     budget_s: float
     seed: int
-    disable_guards: str | None
     out: Path
     case_timeout: float | None
     saved: bool
     # Cases drawn before the search stops, whatever the clock says: a search bounded by
     # a count gives the same result on a loaded machine as on a quiet one.
     max_examples: int | None = None
+    options: dict = field(default_factory=dict)    # the target's {name: value}
+
+
+def _init(self, *args, options=None, **kw):   # Options(..., <option name>=value) adds one
+    named = {k: kw.pop(k) for k in list(kw) if k not in Options.__dataclass_fields__}
+    _fields_init(self, *args, options=given({**(options or {}), **named}), **kw)
+
+
+_fields_init, Options.__init__ = Options.__init__, _init
 
 
 def read_options(args) -> Options:
     """Options from parsed args; ValueError (one line naming the option) on a bad one."""
-    from harness.engine.session import check_guard_names, csv_list
+    from harness.engine.session import csv_list
     from harness.tools.strategies import FAMILIES, routes_for
     from harness.targets import load_target
 
@@ -134,10 +142,7 @@ def read_options(args) -> Options:
     if unknown:
         raise ValueError(f"--family: unknown {unknown}; explore searches {list(FAMILIES)}")
     target = load_target(args.target)       # ValueError naming an unknown target
-    try:
-        check_guard_names(args.disable_guards, args.target)
-    except Exception as why:                # pytest.UsageError: the target's own words
-        raise ValueError(str(why)) from None
+    target.validate_options(target_options(args))   # ValueError: the target's own words
     routes = list(target.routes)
     wanted = csv_list(args.route)
     if wanted:
@@ -158,8 +163,9 @@ def read_options(args) -> Options:
             examples = 0
         if examples < 1:
             raise ValueError(f"--examples: must be a whole number above 0, got {args.examples!r}")
-    return Options(args.target, routes, families, budget, seed, args.disable_guards,
-                   Path(args.out), timeout, not args.no_saved, examples)
+    return Options(args.target, routes, families, budget, seed,
+                   Path(args.out), timeout, not args.no_saved, examples,
+                   options=target_options(args))
 
 
 # ---- running one case in a forked child -----------------------------------------------------
@@ -177,20 +183,19 @@ class ForkRunner:
     13-18 s with the default threads on a loaded 2-core host.
     """
 
-    def __init__(self, target_name: str):
-        self.target_name = target_name
+    def __init__(self, target_name: str, options: dict | None = None):
+        self.target_name, self.options = target_name, dict(options or {})
         import torch
         from harness.engine import execute, perform  # noqa: F401  (warm for the children)
         from harness.model import reference
-        from harness.targets import load_target
-        self.target = load_target(target_name)
+        from harness.engine.session import load_runner
+        self.target = load_runner(target_name, self.options)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             # A child forked after CUDA is up cannot use it, and its errors would read as
             # the library refusing: say so instead of exploring.
             raise RuntimeError(f"--target: loading {target_name} initialized CUDA in this "
                                f"process, so its forked children could not run cases")
-        self.context = {"target": self.target.name,
-                        "disable_guards": os.environ.get("KERNELS_DISABLE_GUARDS", "")}
+        self.context = {"target": self.target.name, **self.target.options_in_effect()}
 
     def run(self, case: Case, timeout_s: float, cut_s: float) -> dict | None:
         """The case's row, from a child forked through the one child runner
@@ -200,7 +205,7 @@ class ForkRunner:
         from harness.engine import child
         from harness.engine.session import resolve_repeat
         spec = child.Spec(target=self.target_name, cases=[case], repeat=resolve_repeat(None),
-                          case_timeout=timeout_s)
+                          case_timeout=timeout_s, options=self.options)
         budget = min(timeout_s, cut_s) + 1.0
         if threading.active_count() > 1:
             # Other threads (a test runner's, a library's) may hold locks a forked child
@@ -414,7 +419,7 @@ class Explorer:
         from harness.engine.isolation import case_timeout
         from harness.tools.shrink import subprocess_step
         start = time.monotonic()
-        step = subprocess_step(self.opts.target, self.opts.disable_guards,
+        step = subprocess_step(self.opts.target, self.opts.options,
                                timeout=case_timeout(dict(finding.case.params),
                                                     self.opts.case_timeout))
         finding.replay = step(finding.case)
@@ -454,8 +459,8 @@ def report_lines(explorer: Explorer) -> list[str]:
     tail = (f"explore: {s.ran} cases run ({s.skipped} skipped by the target"
             + (f", {s.cut} more stopped unfinished when their time ran out" if s.cut else "")
             + f") in {s.rounds} rounds, {s.search_s:.1f} s ({s.replay_s:.1f} s of it "
-              f"replaying found cases in fresh processes); seed {o.seed}, target {o.target}, "
-              f"guards " + (f"off: {o.disable_guards}" if o.disable_guards else "on")
+              f"replaying found cases in fresh processes); seed {o.seed}, target {o.target}"
+              + (f", {said}" if (said := options_said(o.options)) else "")
             + f"; {len(explorer.found)} failure class(es)")
     if differ:
         tail += f", {differ} of them not the same in a fresh process"
@@ -469,10 +474,8 @@ def main(args: argparse.Namespace) -> int:
     except (ValueError, ImportError, RuntimeError) as why:
         print(f"explore: {why}", file=sys.stderr)
         return EXIT_USAGE
-    if opts.disable_guards:
-        os.environ["KERNELS_DISABLE_GUARDS"] = opts.disable_guards
     try:
-        runner = ForkRunner(opts.target)
+        runner = ForkRunner(opts.target, opts.options)
     except RuntimeError as why:
         print(f"explore: {why}", file=sys.stderr)
         return EXIT_USAGE

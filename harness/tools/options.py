@@ -51,6 +51,36 @@ def add_selection(p: argparse.ArgumentParser) -> None:
                         "[full with a GPU, else ci]")
 
 
+def add_target_options(p: argparse.ArgumentParser) -> None:
+    """Each in-tree target's options (its descriptor's OPTIONS), as flags: a target's option
+    is declared once, where the target is described."""
+    from harness.engine.session import declared_options
+    for opt in declared_options():
+        p.add_argument(opt.flag, dest=opt.name, default=None, metavar=opt.metavar,
+                       help=opt.help)
+
+
+def target_options(args) -> dict:
+    """The target options given on the command line ({name: value}, the set ones)."""
+    from harness.engine.session import declared_options
+    from harness.model.target_options import given
+    return given({o.name: getattr(args, o.name, None) for o in declared_options()})
+
+
+def options_said(options) -> str:
+    """Target options {name: value}, as a run's summary says them ('' for none)."""
+    from harness.engine.session import declared_options
+    from harness.model.target_options import given
+    options = given(options)
+    return "; ".join(o.said(options[o.name]) for o in declared_options() if o.name in options)
+
+
+def check_target_options(args) -> None:
+    """The target judges its options: ValueError naming the option and the value."""
+    from harness.engine.session import check_target_options as check
+    check(target_options(args), args.target)
+
+
 def shard_spec(text: str) -> str:
     """argparse type for --shard: I/N, kept as its label."""
     from harness.model.shard import ShardError, parse

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import sys
 
 from harness.tools.options import (EXIT_BUILD, EXIT_FAIL, EXIT_PASS, EXIT_UNKNOWN_CASE,
-                                   EXIT_USAGE, selection_errors)
+                                   EXIT_USAGE, check_target_options, selection_errors,
+                                   target_options)
 
 
 def load_case_json(path: str, target: str | None = None, option: str = "--case-json") -> list:
@@ -78,10 +78,9 @@ def _setup_error(e: Exception) -> int:
 
 def cmd_repro(args) -> int:
     try:
-        from harness.engine.session import check_guard_names
-        # An unknown guard name would otherwise reach the library, whose refusal of it the
-        # row would record as the case's own refusal.
-        check_guard_names(args.disable_guards, args.target)
+        # A value the target cannot honour (an unknown guard name) would otherwise reach
+        # the library, whose refusal of it the row would record as the case's own refusal.
+        check_target_options(args)
         given = _case_file_cases(args)
     except Exception as e:
         return _setup_error(e)
@@ -122,12 +121,11 @@ def repro_standalone(args, given) -> int:
     code = repro_in_child(args, given, rows.append)
     if not rows:
         return code
-    command = typed(repro_args(args.case_id, args.target, args.disable_guards,
+    command = typed(repro_args(args.case_id, args.target, target_options(args),
                                args.case_json or args.cases_file)
                     + ["--standalone", "-o", str(out_path)])
     try:
-        path = write_standalone(given[0], args.target, rows[-1], out_path, args.disable_guards,
-                                command=command)
+        path = write_standalone(given[0], args.target, rows[-1], out_path, command=command)
     except Unavailable as why:
         print(f"repro: {shown(why)}", file=sys.stderr)
         return EXIT_USAGE
@@ -150,12 +148,9 @@ def repro_here(args, given) -> int:
         except (OSError, ValueError, AttributeError):
             pass  # stderr without a file descriptor (captured)
     from harness.engine.perform import perform, row_context
-    from harness.engine.session import all_cases
-    from harness.targets import load_target
-    if args.disable_guards:
-        os.environ["KERNELS_DISABLE_GUARDS"] = args.disable_guards
+    from harness.engine.session import all_cases, load_runner
     try:
-        target = load_target(args.target)
+        target = load_runner(args.target, target_options(args))
         if given is None:
             by_id = {c.id: c for c in all_cases(target)}
             if args.case_id not in by_id:
@@ -174,7 +169,7 @@ def repro_in_child(args, given, keep_row=None) -> int:
     """The case in the one child runner: its death is the row `check` would write."""
     from harness.engine import child
     spec = child.Spec(target=args.target, cases=given or [], case_id=None if given else args.case_id,
-                      disable_guards=args.disable_guards, case_timeout=args.case_timeout)
+                      options=target_options(args), case_timeout=args.case_timeout)
     out = child.run(spec)
     if out.unknown is not None:
         return _unknown(args.case_id, out.unknown)

@@ -4,7 +4,7 @@
 replays each failing row (every row with --sanitizer-all), one at a time, as
 
     compute-sanitizer --tool T --print-limit 1 --error-exitcode 99 \\
-        python -m harness repro CASE_ID [--target T] [--disable-guards G] [--cases-file F] \\
+        python -m harness repro CASE_ID [--target T] [target options] [--cases-file F] \\
         --in-process --json
 
 and stores what the tool reported first in the row's `sanitizer` column: which kernel, what
@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 from harness.model.routes import DEFAULT_TARGET
 from harness.results import table
 from harness.results.sanitizer_report import report_of, where_text  # noqa: F401
-from harness.results.repro_command import repro_args
+from harness.results.repro_command import options_of, repro_args
 
 TOOLS = ("memcheck", "initcheck", "racecheck")
 EXECUTABLE = "compute-sanitizer"
@@ -77,12 +77,12 @@ def preflight(tool: str | None, replay_all: bool) -> tuple[str | None, str | Non
 
 # ------------------------------------------------------------------ one replay
 
-def replay_command(case_id: str, target: str, disable_guards: str | None, tool: str,
+def replay_command(case_id: str, target: str, options: Mapping | None, tool: str,
                    tool_path: str, cases_file: str | None = None) -> list[str]:
     """The tool around `repro --in-process --json` (harness/results/repro_command.py's arguments)."""
     argv = [tool_path, "--tool", tool, "--print-limit", "1",
             "--error-exitcode", str(ERROR_EXITCODE), sys.executable, "-m", "harness",
-            *repro_args(case_id, target, disable_guards or None)]
+            *repro_args(case_id, target, options)]
     if cases_file:
         argv += ["--cases-file", str(cases_file)]
     # --in-process: the case runs in the process the tool starts; repro's default child would
@@ -97,8 +97,12 @@ def replay_env() -> dict:
     # a tensor's end but inside its block is a valid address to memcheck, so the overrun goes
     # unreported. Without the cache every tensor is its own allocation with its own bounds.
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-    # The row's own guards, nothing inherited: repro sets the variable from --disable-guards.
-    env.pop("KERNELS_DISABLE_GUARDS", None)
+    # The row's own target options, nothing inherited: repro sets each option's variable
+    # from its flag.
+    from harness.engine.session import declared_options
+    from harness.model import target_options
+    for name in [target_options.ENV, *(o.env for o in declared_options() if o.env)]:
+        env.pop(name, None)
     return env
 
 
@@ -123,25 +127,25 @@ def _run_group(argv: list[str], env: dict, timeout: float) -> tuple[int | None, 
 
 
 def replay(row_or_case_id: Mapping[str, Any] | str, target: str | None = None,
-           disable_guards: str | None = None, tool: str = "memcheck",
+           options: Mapping | None = None, tool: str = "memcheck",
            timeout: float = REPLAY_TIMEOUT_S, *, tool_path: str | None = None,
            cases_file: str | None = None) -> dict | None:
     """Re-run one case under the tool: its first report (parse()), None when it reported
     nothing, or a report saying why there is no answer (the tool missing, the replay timed out).
 
-    A row gives its case id, target and guards; explicit arguments win."""
+    A row gives its case id, target and options ({name: value}); explicit arguments win."""
     if isinstance(row_or_case_id, Mapping):
         row = row_or_case_id
         case_id = str(row["case_id"])
         target = target or row.get("target") or None
-        if disable_guards is None:
-            disable_guards = row.get("disable_guards") or None
+        if options is None:
+            options = options_of(row)
     else:
         case_id = str(row_or_case_id)
     tool_path = tool_path or find_tool()
     if tool_path is None:
         return no_report(tool, f"{EXECUTABLE} not found")
-    argv = replay_command(case_id, target or DEFAULT_TARGET, disable_guards, tool, tool_path, cases_file)
+    argv = replay_command(case_id, target or DEFAULT_TARGET, options, tool, tool_path, cases_file)
     try:
         status, text = _run_group(argv, replay_env(), timeout)
     except OSError as e:
@@ -430,7 +434,7 @@ def replay_table(path: str | os.PathLike, tool: str, tool_path: str, target: str
     try:
         for case_id, indices in by_case.items():
             last = rows[indices[-1]]
-            report = replay(last, target, last.get("disable_guards") or None, tool, timeout,
+            report = replay(last, target, options_of(last), tool, timeout,
                             tool_path=tool_path, cases_file=cases_file)
             reports.update({i: report for i in indices})
             say(replayed_line(case_id, tool, report))

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harness.model.case import Case, dtype_tag
-from harness.tools.options import DEFAULT_TARGET, count, positive_seconds
+from harness.tools.options import (DEFAULT_TARGET, add_target_options, check_target_options,
+                                   count, positive_seconds, target_options)
 from harness.results.repro_command import repro_args, typed
 
 LEGAL_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -203,16 +204,16 @@ def _diff(old: dict, new: dict) -> str:
 # ---- trials in a subprocess ------------------------------------------------------------------
 
 def trial_command(case_id: str, case_file: Path, target: str = DEFAULT_TARGET,
-                  disable_guards: str | None = None, python: str = "python") -> list[str]:
+                  options: dict | None = None, python: str = "python") -> list[str]:
     """`repro` on a JSON case file: the same command a person re-runs by hand."""
-    return [python, "-m", "harness", *repro_args(case_id, target, disable_guards, case_file)]
+    return [python, "-m", "harness", *repro_args(case_id, target, options, case_file)]
 
 
-def subprocess_step(target: str = DEFAULT_TARGET, disable_guards: str | None = None,
+def subprocess_step(target: str = DEFAULT_TARGET, options: dict | None = None,
                     timeout: float = 300.0, python: str | None = None,
                     workdir: str | None = None) -> Step:
     """A step running each trial in the one child runner (harness/engine/child.py): one
-    fresh interpreter per trial, the user's environment kept.
+    fresh interpreter per trial, the user's environment kept; `options` are the target's.
 
     A death is the row `check` would write (crash, or hang past the timeout). A trial whose
     row is a harness_error (params the harness refuses, a target that cannot load) is
@@ -221,7 +222,7 @@ def subprocess_step(target: str = DEFAULT_TARGET, disable_guards: str | None = N
     from harness.engine import child
 
     def step(case: Case):
-        out = child.run(child.Spec(target=target, cases=[case], disable_guards=disable_guards,
+        out = child.run(child.Spec(target=target, cases=[case], options=options or {},
                                    case_timeout=timeout), budget_s=timeout + 60)
         if not out.rows:
             return None
@@ -253,9 +254,9 @@ def write_case_file(case: Case, out_dir: Path) -> Path:
 
 
 def repro_command(case: Case, case_file: Path, target: str = DEFAULT_TARGET,
-                  disable_guards: str | None = None) -> str:
+                  options: dict | None = None) -> str:
     """The trial's command as a person types it: the `harness` console script."""
-    return typed(repro_args(case.id, target, disable_guards, case_file))
+    return typed(repro_args(case.id, target, options, case_file))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -264,7 +265,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read the case from this JSON file (a case or a one-case list) "
                              "instead of the families")
     parser.add_argument("--target", default=DEFAULT_TARGET)
-    parser.add_argument("--disable-guards", default=None, metavar="NAMES")
+    add_target_options(parser)
     parser.add_argument("--timeout", type=positive_seconds, default=300.0,
                         help="seconds per trial (then: hang)")
     parser.add_argument("--max-trials", type=count(1), default=200)
@@ -295,6 +296,7 @@ def load_case_json(path: str, target: str | None = None) -> Case:
 
 def main(args: argparse.Namespace) -> int:
     try:
+        check_target_options(args)
         case = load_case_json(args.case_json, args.target) if args.case_json \
             else find_case(args.case_id, args.target)
     except KeyError:
@@ -303,7 +305,7 @@ def main(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as why:   # an unknown target, a missing or bad case file
         print(f"shrink: {why}", file=sys.stderr)
         return 2
-    step = subprocess_step(args.target, args.disable_guards, args.timeout)
+    step = subprocess_step(args.target, target_options(args), args.timeout)
     # One line per trial as it ends: a shrink runs a process per trial, minutes in all, and
     # a silent one reads as a hang.
     print(f"shrink: {case.id}: up to {args.max_trials} trials, one process each "
@@ -320,7 +322,7 @@ def main(args: argparse.Namespace) -> int:
     print(json.dumps({
         "case_id": small.id, "from": case.id, "outcome": outcome, "trials": trials,
         "params": small.params, "case_json": str(case_file) if case_file else None,
-        "repro": repro_command(small, case_file, args.target, args.disable_guards)
+        "repro": repro_command(small, case_file, args.target, target_options(args))
         if case_file else None,
     }, indent=2))
     return 0

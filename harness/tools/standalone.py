@@ -19,6 +19,7 @@ import re
 import sys
 import sysconfig
 import zlib
+from typing import Mapping
 from pathlib import Path
 
 # Inputs past this many raw bytes would make a script nobody attaches to an issue.
@@ -117,8 +118,24 @@ def _headline(row: dict) -> str:
 _literal = data_literal
 
 
-# What KERNELS_DISABLE_GUARDS holds: guard names (or `all`), joined by commas.
-_GUARDS = re.compile(r"[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*")
+# What a target option's value may be to reach a script: names joined by commas.
+_OPTION_VALUE = re.compile(r"[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*")
+
+
+def option_env(target, options) -> dict[str, str]:
+    """The variables a script sets for the target options its row ran with: each option's
+    own (its declaration's env). Unavailable for a value that is not a comma list of names."""
+    from harness.engine.session import declared_options
+    from harness.model.target_options import given, merged
+    declared = {o.name: o for o in merged((*declared_options(), *getattr(target, "options", ())))}
+    env = {}
+    for name, value in given(options).items():
+        if not _OPTION_VALUE.fullmatch(value):
+            raise Unavailable(f"{shown(name)} {shown(value)!r} is not a comma list of names "
+                              "(letters, digits, _ . -): a script would not set it")
+        if name in declared and declared[name].env:
+            env[declared[name].env] = value
+    return env
 
 
 def over_budget(case) -> str | None:
@@ -138,8 +155,9 @@ def over_budget(case) -> str | None:
     return None
 
 
-def script_text(case, target, row: dict, command: str, disable_guards: str | None = None) -> str:
-    """The standalone script for `case` on `target`, whose harness row is `row`."""
+def script_text(case, target, row: dict, command: str, options=None) -> str:
+    """The standalone script for `case` on `target`, whose harness row is `row`, made with
+    the target options {name: value}."""
     import torch
     from harness.model import platform_info
     from harness.model.classify import in_their_words
@@ -193,10 +211,7 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
         "causal": problem.causal, "window_left": problem.window_left,
         "sm_scale": problem.sm_scale, "return_lse": problem.return_lse,
     }
-    if disable_guards and not _GUARDS.fullmatch(disable_guards):
-        raise Unavailable(f"disable_guards {shown(disable_guards)!r} is not a comma list of "
-                          "guard names (letters, digits, _ . -): a script would not set it")
-    env = {"KERNELS_DISABLE_GUARDS": disable_guards} if disable_guards else {}
+    env = option_env(target, options)
     paths = _library_paths(source)
     vocabulary = getattr(getattr(target, "capabilities", None), "vocabulary", None)
     refuse_words = [in_their_words(w, vocabulary) for w in case.refuse_words]
@@ -218,8 +233,8 @@ def script_text(case, target, row: dict, command: str, disable_guards: str | Non
         "",
     ]
     if env:
-        parts.append("# The library as it was before its fixes (this row was made with them off);\n"
-                     "# set the variable yourself (an empty value: all guards on) to compare.\n"
+        parts.append("# The target options this row was made with, as the variables its library\n"
+                     "# reads; set one yourself (an empty value: the option off) to compare.\n"
                      + "\n".join(f"os.environ.setdefault({_literal(k)}, {_literal(v)})"
                                  for k, v in env.items()))
     if paths:
@@ -261,19 +276,23 @@ def _reference_source() -> str:
     return "\n\n\n".join(parts)
 
 
-def write_standalone(case, target_spec, row: dict, path, disable_guards: str | None = None,
+def write_standalone(case, target_spec, row: dict, path, options=None,
                      command: str | None = None) -> Path:
     """Write the standalone script for `case` (its harness row `row`) on the target named
-    by `target_spec` (a registry name, module:factory or a file). Raises Unavailable."""
+    by `target_spec` (a registry name, module:factory or a file), with the target options
+    the row ran with (its own columns: repro_command.options_of; `options`, a mapping, when
+    given). Raises Unavailable."""
     from harness.targets import load_target
-    from harness.results.repro_command import repro_args, typed
+    from harness.results.repro_command import options_of, repro_args, typed
     path = Path(path)
+    if not isinstance(options, Mapping):   # a caller's text of the row's own column
+        options = options_of(row)
     if command is None:
         spec = target_spec if isinstance(target_spec, str) else getattr(target_spec, "name", None)
-        command = typed(repro_args(case.id, spec, disable_guards)
+        command = typed(repro_args(case.id, spec, options)
                         + ["--standalone", "-o", str(path)])
     target = load_target(target_spec) if isinstance(target_spec, str) else target_spec
-    text = script_text(case, target, row, command, disable_guards)
+    text = script_text(case, target, row, command, options)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -311,7 +330,7 @@ def isolated_command(python: str = sys.executable) -> list[str]:
 
 def isolated_env(**extra: str) -> dict:
     """A plain environment whose PYTHONPATH is site-packages alone (not the repository);
-    extra: variables to add (KERNELS_DISABLE_GUARDS="" to turn the guards back on)."""
+    extra: variables to add (an option's variable set to "" turns that option off)."""
     import tempfile
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": tempfile.gettempdir(),
            "PYTHONPATH": os.pathsep.join(site_dirs()), "PYTHONNOUSERSITE": "1"}
@@ -352,12 +371,6 @@ def plain_row(row: dict) -> dict:
     return out
 
 
-def guards_of(value) -> str | None:
-    """A row's disable_guards as the option's comma list, or None when no guard was off."""
-    from harness.results.repro_command import guard_names
-    return ",".join(guard_names(value)) or None
-
-
 def target_spec_of(target_label: str) -> str:
     """The --target spec whose label a table's `target` column holds (harness/targets
     label()): a registry name, an alias or an entry point. ValueError when none has it."""
@@ -369,28 +382,30 @@ def target_spec_of(target_label: str) -> str:
     return target_label if target_label in named else named[0]
 
 
-def row_settings(row) -> tuple[str, str | None]:
-    """(target spec, disabled guards) a row was made with, from its target and
-    disable_guards columns."""
+def row_settings(row) -> tuple[str, dict]:
+    """(target spec, target options) a row was made with, from its target column and its
+    options' columns (repro_command.options_of)."""
+    from harness.results.repro_command import options_of
     target = row.get("target")
     if not isinstance(target, str) or not target:
         raise ValueError("the row names no target")
-    return target_spec_of(target), guards_of(row.get("disable_guards"))
+    return target_spec_of(target), options_of(row)
 
 
-def table_settings(rows) -> tuple[str, str | None]:
+def table_settings(rows) -> tuple[str, dict]:
     """row_settings of rows that all share them (ValueError when they do not)."""
-    found = {row_settings(r) for r in rows}
+    found = {(spec, tuple(sorted(opts.items()))) for spec, opts in map(row_settings, rows)}
     if len(found) != 1:
-        raise ValueError(f"the rows were made with {len(found)} target/guard settings, not one")
-    return found.pop()
+        raise ValueError(f"the rows were made with {len(found)} target/option settings, not one")
+    spec, opts = found.pop()
+    return spec, dict(opts)
 
 
 def write_class_repros(table_rows, out_dir, target_spec: str | None = None,
-                       disable_guards: str | None = None) -> list[tuple[str, str, str]]:
+                       options=None) -> list[tuple[str, str, str]]:
     """One standalone script per failure class of a table's rows, `out_dir/<class slug>.py`,
-    for the class's example case. The target and disabled guards are the example row's own
-    (its target and disable_guards columns) unless target_spec is given. Returns
+    for the class's example case. The target and its options are the example row's own
+    (its target and option columns) unless target_spec is given. Returns
     (slug, case id, the path written or the reason none was) per class, worst first."""
     import pandas as pd
     from harness.engine.session import all_cases
@@ -406,9 +421,9 @@ def write_class_repros(table_rows, out_dir, target_spec: str | None = None,
         row = plain_row(cls.rows.iloc[0].to_dict())
         try:
             if target_spec is not None:
-                spec, guards = target_spec, disable_guards
+                spec, opts = target_spec, dict(options or {})
             else:
-                spec, guards = row_settings(row)
+                spec, opts = row_settings(row)
             if spec not in targets:
                 target = load_target(spec)
                 targets[spec] = (target, {c.id: c for c in all_cases(target)})
@@ -422,7 +437,7 @@ def write_class_repros(table_rows, out_dir, target_spec: str | None = None,
             continue
         path = out_dir / f"{slug}.py"
         try:
-            write_standalone(case, target, row, path, guards)
+            write_standalone(case, target, row, path, opts)
             done.append((slug, shown(case_id), str(path)))
         except Unavailable as why:
             done.append((slug, shown(case_id), f"not written: {shown(why)}"))

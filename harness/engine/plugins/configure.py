@@ -56,10 +56,9 @@ def pytest_configure(config):
 def prepare_workers(config, run: Run, validated: bool) -> None:
     """What xdist's workers inherit or are sent when they are spawned."""
     if validated:
-        options.disable_guards_env(config.getoption("disable_guards"), config.getoption("target"))
-    elif config.getoption("disable_guards"):
-        # Checked in the report (held.run_report): a bad name calls the run off before the go.
-        os.environ[options.GUARDS_ENV] = config.getoption("disable_guards")
+        options.check_options(config)
+    # Else checked in the report (held.run_report): a bad value calls the run off before the go.
+    options.hand_down(config)
     if config.pluginmanager.hasplugin("xdist") and config.getoption("maxworkerrestart", None) is None:
         # Every crash costs a worker; xdist's default (4 per worker) would end the run.
         config.option.maxworkerrestart = "1000000"

@@ -8,8 +8,7 @@ import pytest
 
 from harness.engine import held_start
 from harness.engine.plugins.lifecycle import int_or_none
-from harness.engine.plugins.options import (check_guard_names, one_line, setup_errors,
-                                            user_guards_error)
+from harness.engine.plugins.options import check_options, one_line, run_options, setup_errors
 from harness.engine.session import RUN, Run
 
 # Set by `harness check` for its pytest child: the pid whose death ends the run.
@@ -21,15 +20,17 @@ def run_report(config, run: Run) -> dict:
     its contract; or, when the options cannot make a run, {"error": one line}."""
     from harness.model import platform_info
     try:
-        check_guard_names(config.getoption("disable_guards"), config.getoption("target"))
+        check_options(config)
         setup_error = setup_errors(config)
         if setup_error:
             return {"error": setup_error}
         ids = [c.id for c in run.cases()]
         owns = bool(getattr(run.target(), "owns_contract", False))
-        guards_error = user_guards_error(config)
-        if guards_error:
-            return {"error": guards_error}
+        # An option's variable set by hand, not by the option: one line now instead of
+        # every case's harness_error row.
+        env_error = run.target().environment_error(run_options(config))
+        if env_error:
+            return {"error": env_error}
     # An unknown name or file, or a target whose library is missing or cannot run here
     # (its message says what to install): one line, and nothing runs.
     except (pytest.UsageError, ValueError, OSError, RuntimeError, ImportError) as why:

@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from harness.engine import isolation
-from harness.engine.session import check_guard_names as session_check_guard_names
-from harness.model import budget
+from harness.engine.session import check_target_options, declared_options
+from harness.model import budget, target_options
 from harness.model.routes import DEFAULT_TARGET
 from harness.results import table
 
-GUARDS_ENV = "KERNELS_DISABLE_GUARDS"
 # The bundled library's platforms (kernels/build.py PLATFORMS), named here so the check
 # needs no import of the library.
 KERNEL_PLATFORMS = ("host", "nvidia", "amd")
@@ -31,8 +30,8 @@ def pytest_addoption(parser):
     g.addoption("--case-id", default=None, help="only cases whose id contains this substring")
     g.addoption("--cases-file", default=None,
                 help="run the cases in this JSON file (Case.to_json list) instead of families")
-    g.addoption("--disable-guards", default=None,
-                help="all|name,name: run the library without these guards (test use)")
+    for opt in declared_options():   # each in-tree target's own (its descriptor's OPTIONS)
+        g.addoption(opt.flag, dest=opt.name, default=None, metavar=opt.metavar, help=opt.help)
     g.addoption("--results", default=None,
                 help="results table path [results/<arch>-<commit>.jsonl]")
     g.addoption("--resume", action="store_true",
@@ -66,31 +65,22 @@ def one_line(why) -> str:
     return text if len(text) <= 500 else text[:497] + "..."
 
 
-def check_guard_names(value: str | None, target: str = DEFAULT_TARGET) -> None:
-    """session.check_guard_names, as pytest's usage error."""
+def run_options(config) -> dict:
+    """The target options this run was given ({name: value}, the set ones)."""
+    return target_options.given({o.name: config.getoption(o.name) for o in declared_options()})
+
+
+def check_options(config) -> None:
+    """The target judges the options it was given, as pytest's usage error."""
     try:
-        session_check_guard_names(value, target)
+        check_target_options(run_options(config), config.getoption("target"))
     except ValueError as why:
         raise pytest.UsageError(str(why)) from None
 
 
-def disable_guards_env(value: str | None, target: str) -> None:
-    check_guard_names(value, target)
-    if value:
-        os.environ[GUARDS_ENV] = value
-
-
-def user_guards_error(config) -> str | None:
-    """KERNELS_DISABLE_GUARDS set by the user, not by --disable-guards, judged as the option
-    would be: an unknown name is one line now instead of every case's harness_error row."""
-    if config.getoption("disable_guards") or not os.environ.get(GUARDS_ENV):
-        return None
-    try:
-        session_check_guard_names(os.environ[GUARDS_ENV], config.getoption("target"))
-    except ValueError as why:
-        return f"{GUARDS_ENV}={os.environ[GUARDS_ENV]}: " + one_line(why).replace(
-            "--disable-guards: ", "")
-    return None
+def hand_down(config) -> None:
+    """The options, for every process of the run (the workers, culprit replays) to apply."""
+    os.environ[target_options.ENV] = target_options.to_env(run_options(config))
 
 
 def setup_errors(config) -> str | None:

@@ -134,12 +134,12 @@ def crash_row(run: Run, report) -> None:
 
 def any_context(run: Run) -> dict:
     keys = ("arch", "platform", "target", "target_version", "library_commit", "build_hash",
-            "disable_guards", "harness_commit", "shard")
+            "harness_commit", "shard")
     for worker_file in Path(run.state_dir).glob("*.json"):
         try:
             ctx = json.loads(worker_file.read_text()).get("context")
         except (OSError, ValueError):
             continue
-        if ctx:
-            return {k: ctx.get(k, "") for k in keys}
+        if ctx:   # the target's option columns included, whatever they are
+            return {**dict.fromkeys(keys, ""), **ctx}
     return {"target": run.opt("target")}

@@ -3,6 +3,7 @@ the neutral plan_run core. Pure data: no torch, no kernels build."""
 from harness.model.capabilities import FEATURES, Capabilities
 from harness.model.routes import BUNDLED_ROUTES, OPS as ALL_OPS
 from harness.model.signature import Signature
+from harness.model.target_options import TargetOption
 from harness.targets.descriptors._flashinfer_shape import plan_run_args
 
 NAME = "bundled"
@@ -19,3 +20,8 @@ SIGNATURE = Signature(
 # index tensors and run() is not handed them again (the restage feature covers it).
 CAPABILITIES = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES - {"metadata_restage"},
                             signature=SIGNATURE)
+# The library's guards (kernels/guards.py) read KERNELS_DISABLE_GUARDS at every call; the
+# runner judges the names (harness/targets/bundled.py check_option).
+OPTIONS = (TargetOption("disable_guards", metavar="NAMES", label="guards disabled",
+                        env="KERNELS_DISABLE_GUARDS",
+                        help="all|name,name: run the library without these guards (test use)"),)
