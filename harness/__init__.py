@@ -1,4 +1,4 @@
 """Differential correctness harness for attention kernels."""
-from harness import _moved
+from harness.model import moved_modules
 
-_moved.install()     # an adapter of an older contract still imports its names (_moved.py)
+moved_modules.install()   # an adapter of an older contract still imports its names

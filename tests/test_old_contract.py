@@ -1,4 +1,4 @@
-"""An adapter written against an older contract still loads (harness/_moved.py), and one
+"""An adapter written against an older contract still loads (harness/model/moved_modules.py), and one
 that imports a harness module with no successor fails in one line naming it."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import _moved
+from harness.model import moved_modules as _moved
 from harness.targets import Target, TargetLoadError, load_target
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sdpa_target" / "sdpa_target.py"
