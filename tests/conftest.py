@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 SLOW = {
     # The fast tier's longest (from `--durations` on a loaded 2-core host, scaled by the
     # load: the order is what counts).
@@ -76,6 +78,15 @@ SLOW = {
 FAULT_TARGET = str(Path(__file__).resolve().parent / "fault_target.py")
 os.environ["HARNESS_TARGETS"] = ",".join(
     filter(None, [os.environ.get("HARNESS_TARGETS", ""), f"faults={FAULT_TARGET}"]))
+
+
+@pytest.fixture
+def forked_children(monkeypatch):
+    """child.run (repro, shrink, check-target's cases) forks from a warm fork server instead
+    of starting an interpreter per run (tests/warm_children.py says where it still spawns)."""
+    from harness.engine import child
+    from warm_children import forking
+    monkeypatch.setattr(child, "run", forking(child.run))
 
 
 def pytest_configure(config):

@@ -26,7 +26,7 @@ def test_list_prints_ids_and_count(capsys):
     assert cli.main(["list", "--target", "faults", "--case-id", "no-such"]) == 4
 
 
-def test_repro_exit_codes(capsys):
+def test_repro_exit_codes(capsys, forked_children):
     assert cli.main(["repro", "faults.single_prefill/faults.none/n0", "--target", "faults"]) == 0
     assert "outcome" in capsys.readouterr().out
     assert cli.main(["repro", "faults.single_prefill/faults.wrong/n0", "--target", "faults",
@@ -410,7 +410,10 @@ def test_check_from_another_folder_takes_paths_from_that_folder(tmp_path, capfd,
                                                  ("hang", "hang", "timeout after")],
                          ids=["signal", "exit", "hang"])
 def test_repro_prints_the_crash_row_of_a_case_that_kills_its_process(fault, outcome, cause,
-                                                                     capsys):
+                                                                     capsys, forked_children):
+    # The child is forked from a warm server (conftest.forked_children): its death is still
+    # a process's death, read from its breadcrumbs. A spawned child's usage codes are
+    # test_repro_in_a_child_keeps_the_usage_exit_codes's.
     # The hang is a sleeping loop: any timeout ends it alike; 1 s idles least.
     argv = ["repro", f"faults.single_prefill/faults.{fault}/n0", "--target", "faults", "--json",
             "--case-timeout", "1"]

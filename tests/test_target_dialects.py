@@ -23,9 +23,34 @@ def harness(*args, env=None, cwd=None, timeout=300):
                           text=True, env=env, cwd=cwd or ROOT, timeout=timeout)
 
 
-def user_env(tmp_path, entry_point: bool = False) -> dict:
-    """The user's environment: their package on PYTHONPATH (never the harness's business),
-    and, for the entry point, an installed distribution's metadata beside it."""
+def harness_here(capfd, *args) -> subprocess.CompletedProcess:
+    """`harness ARGS` through this process's cli.main: check, repro, shrink and
+    check-target still run the cases in children of their own (which inherit this
+    process's environment), so only the parent's interpreter start-up is saved. The
+    command as a process of its own is test_a_target_from_a_file_runs_under_check_and_explore's."""
+    from harness import cli
+    capfd.readouterr()
+    rc = cli.main(list(args))
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["harness", *args], rc, out, err)
+
+
+@pytest.fixture
+def fresh_user_modules():
+    """A user's target loaded here (the parent of list, repro, shrink, check-target loads
+    it) is dropped afterwards: a module reads its environment when imported (ignoring.py's
+    IGNORED_PARAMS), and the next test may set another."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith(("usersdpa", "harness_user_target_")):
+            del sys.modules[name]
+
+
+def user_env(tmp_path, monkeypatch, entry_point: bool = False) -> None:
+    """The user's environment, in this process and its children: their package on the path
+    (never the harness's business), and, for the entry point, an installed distribution's
+    metadata beside it."""
     paths = [str(USER)]
     if entry_point:
         dist = tmp_path / "site" / "usersdpa-0.1.dist-info"
@@ -34,14 +59,14 @@ def user_env(tmp_path, entry_point: bool = False) -> dict:
         (dist / "entry_points.txt").write_text(
             "[attention_harness.targets]\nusersdpa-nocausal = usersdpa:make_nocausal\n")
         paths.insert(0, str(tmp_path / "site"))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(
-        os.pathsep) if p])
-    return env
+    for path in reversed(paths):
+        monkeypatch.syspath_prepend(path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths + [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
 
-def causal_case_id(spec: str, env) -> str:
-    proc = harness("list", "--target", spec, "--family", "valid", env=env)
+def causal_case_id(spec: str, capfd) -> str:
+    proc = harness_here(capfd, "list", "--target", spec, "--family", "valid")
     assert proc.returncode == 0, proc.stderr
     import re
     # Several query rows under a causal mask and no window: dropping the mask shows there.
@@ -55,12 +80,17 @@ def causal_case_id(spec: str, env) -> str:
     ("usersdpa:make_nocausal", False),
     ("usersdpa-nocausal", True),
 ])
-def test_an_installed_target_catches_its_planted_defect_everywhere(tmp_path, spec, entry_point):
-    env = user_env(tmp_path, entry_point)
-    case_id = causal_case_id(spec, env)   # `harness list` with the target: exit 0, its ids
+def test_an_installed_target_catches_its_planted_defect_everywhere(tmp_path, spec, entry_point,
+                                                                   monkeypatch, capfd,
+                                                                   fresh_user_modules,
+                                                                   forked_children):
+    user_env(tmp_path, monkeypatch, entry_point)
+    case_id = causal_case_id(spec, capfd)   # `harness list` with the target: exit 0, its ids
 
-    check = harness("check", "--target", spec, "--family", "valid", "--case-id=-causal-",
-                    "--results-dir", str(tmp_path / "r"), "-n", "2", env=env)
+    # -n 0: the cases run in check's pytest child itself; what its xdist workers add (crash
+    # isolation) is not this test's subject.
+    check = harness_here(capfd, "check", "--target", spec, "--family", "valid",
+                         "--case-id=-causal-", "--results-dir", str(tmp_path / "r"), "-n", "0")
     assert check.returncode == 1, check.stdout[-3000:] + check.stderr[-2000:]
     table = next((tmp_path / "r").glob("*.jsonl"))
     rows = [json.loads(l) for l in table.read_text().splitlines()]
@@ -68,12 +98,12 @@ def test_an_installed_target_catches_its_planted_defect_everywhere(tmp_path, spe
     assert "crash" not in outcomes and "harness_error" not in outcomes, outcomes
     assert any(r["outcome"] == "wrong" and "causal" in r["case_id"] for r in rows)
 
-    repro = harness("repro", case_id, "--target", spec, "--json", env=env)
+    repro = harness_here(capfd, "repro", case_id, "--target", spec, "--json")
     assert repro.returncode == 1, repro.stderr
     assert json.loads(repro.stdout.strip().splitlines()[-1])["outcome"] == "wrong"
 
-    shrunk = harness("shrink", case_id, "--target", spec, "--max-trials", "3",
-                     "--out-dir", str(tmp_path / "s"), env=env)
+    shrunk = harness_here(capfd, "shrink", case_id, "--target", spec, "--max-trials", "3",
+                          "--out-dir", str(tmp_path / "s"))
     assert shrunk.returncode == 0, shrunk.stderr[-2000:]
     assert json.loads(shrunk.stdout)["outcome"] == "wrong"
 
@@ -116,12 +146,13 @@ def test_a_target_that_cannot_load_is_our_error_never_a_crash(tmp_path):
 
 
 @pytest.mark.parametrize("ignored", ["scenario", "mismatch"])
-def test_an_adapter_that_ignores_a_param_gives_harness_error(tmp_path, ignored):
-    env = dict(os.environ, IGNORED_PARAMS=ignored)
+def test_an_adapter_that_ignores_a_param_gives_harness_error(tmp_path, ignored, monkeypatch,
+                                                             capfd, fresh_user_modules):
+    monkeypatch.setenv("IGNORED_PARAMS", ignored)
     variant = "plan_rejected_first" if ignored == "scenario" else "num_qo_heads"
-    proc = harness("check", "--target", str(USER / "ignoring.py"), "--family", "misplanned",
-                   "--route", "fa2.paged_prefill", "--case-id", f"misplanned.{variant}/bf16",
-                   "--results-dir", str(tmp_path), "-n", "0", env=env)
+    proc = harness_here(capfd, "check", "--target", str(USER / "ignoring.py"), "--family",
+                        "misplanned", "--route", "fa2.paged_prefill", "--case-id",
+                        f"misplanned.{variant}/bf16", "--results-dir", str(tmp_path), "-n", "0")
     rows = [json.loads(l) for p in tmp_path.glob("*.jsonl") for l in p.read_text().splitlines()]
     assert rows, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert {r["outcome"] for r in rows} == {"harness_error"}, [r["message"] for r in rows]
@@ -157,12 +188,12 @@ def test_vocabulary_names_must_be_a_tuple_of_words():
         Capabilities(ops=frozenset(), vocabulary={"num_kv_heads": "kv_heads"})
 
 
-def test_check_target_names_what_the_adapter_does_wrong():
-    env = dict(os.environ, IGNORED_PARAMS="mismatch")
-    bad = harness("check-target", str(USER / "ignoring.py"), "--per-family", "1", env=env)
+def test_check_target_names_what_the_adapter_does_wrong(monkeypatch, capfd, fresh_user_modules):
+    monkeypatch.setenv("IGNORED_PARAMS", "mismatch")
+    bad = harness_here(capfd, "check-target", str(USER / "ignoring.py"), "--per-family", "1")
     assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
     assert "params['mismatch']" in bad.stdout and "harness_error" in bad.stdout
-    good = harness("check-target", str(ROOT / "examples" / "sdpa_target" / "sdpa_target.py"),
-                   "--per-family", "1")
+    good = harness_here(capfd, "check-target",
+                        str(ROOT / "examples" / "sdpa_target" / "sdpa_target.py"), "--per-family", "1")
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
     assert "no adapter error found" in good.stdout
