@@ -116,8 +116,9 @@ def shrunk_case(case: Case, params: dict) -> Case:
     """The case the family would write for the new params (its refusal words and their
     values, expect, variant and tag rebuilt by the family's own rebuild()), with a distinct
     id (variant suffix ".shrunk-<hash>": never one of the generated ids) and the
-    original seed. A family without rebuild() keeps the case's words and expect and
-    renames the tag's dtype-head summary."""
+    original seed. A family without rebuild() renames the tag's dtype-head summary; its
+    expect and words follow the new params by the families' one contract where the case
+    followed it, else stay (cases/_expect.py follow)."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
     original = case
     if ".shrunk-" in case.variant:
@@ -130,12 +131,14 @@ def shrunk_case(case: Case, params: dict) -> Case:
                     variant=f"{made.variant}.shrunk-{digest}", params=made.params,
                     expect=made.expect, refuse_words=made.refuse_words, seed=case.seed,
                     tag=made.tag, requires=made.requires)
+    from cases._expect import follow
+    must, words = follow(case, params)
     tag = case.tag
     old, new = dtype_tag(case.params), dtype_tag(params)
     if old and old in tag:
         tag = tag.replace(old, new)
     return Case(route=case.route, family=case.family, variant=f"{original.variant}.shrunk-{digest}",
-                params=params, expect=case.expect, refuse_words=case.refuse_words,
+                params=params, expect=must, refuse_words=words,
                 seed=case.seed, tag=tag, requires=case.requires)
 
 
