@@ -1,7 +1,9 @@
 """A soak of the table's promises: repeated `harness check` runs of a small selection, each
 dealt one blow: SIGKILL, SIGTERM or SIGSTOP to the parent (`harness check`), its pytest
 controller or an xdist worker, or a second run started on the table while the first holds
-it (it must be refused, exit 2, naming the holder); then `--resume` until the table is
+it (it must be refused, exit 2, naming the holder), the first running on or paused (its
+parent stopped, as Ctrl-Z stops it, until the second is answered: the second's start-up
+takes 8-30 s on a loaded host, and a short first run has often ended by then); then `--resume` until the table is
 complete; afterwards every table must hold every case once, with the
 outcome a clean run gives it, and no run may say PASS.
 
@@ -56,13 +58,15 @@ WHOM = ("worker", "controller", "parent")
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP)
 BLOWS = [f"{sig.name} to the {who}" for who in WHOM for sig in SIGNALS]
 SECOND = "a second run on the held table"
+PAUSED = "a second run, the first paused"
 # Each round is dealt one blow, the ones the table's promises are most about twice as often.
 WEIGHTS = {k: 2 if k in ("SIGKILL to the worker", "SIGSTOP to the worker",
-                         "SIGKILL to the parent", "SIGSTOP to the controller", SECOND) else 1
-           for k in BLOWS + [SECOND]}
+                         "SIGKILL to the parent", "SIGSTOP to the controller",
+                         PAUSED) else 1
+           for k in BLOWS + [SECOND, PAUSED]}
 # Short names for --blows: kill-worker, stop-controller, term-parent, ..., second-run.
 SHORT = {**{f"{k.split()[0][3:].lower()}-{k.split()[-1]}": k for k in BLOWS},
-         "second-run": SECOND}
+         "second-run": SECOND, "second-run-paused": PAUSED}
 PLANTED_TAG = "-planted-failure"
 SAID_PASS = re.compile(r"^PASS:", re.M)
 
@@ -186,19 +190,27 @@ def refusal_verdict(code: int, err: str, family: set[int], first_alive: bool) ->
 
 
 def second_run(table: Path, cases: Path, proc: subprocess.Popen, rng: random.Random,
-               case_timeout: float) -> dict:
+               case_timeout: float, paused: bool = False) -> dict:
     """A second run (or resume) on the table while the first holds it: it must be refused,
     exit 2, naming the holder. A round where the first ended before the second could be
-    refused does not count as this strike, and says so."""
-    blow = {"kind": SECOND, "struck": False, "broken": False}
+    refused does not count as this strike, and says so. `paused`: the first's parent is
+    stopped (as Ctrl-Z stops it) until the second is answered, so the first still holds the
+    table however long the second takes to reach its lock (its start-up, 8-30 s here)."""
+    blow = {"kind": PAUSED if paused else SECOND, "struck": False, "broken": False}
     if not wait_for_lock(table, proc):
         blow["note"] = "not tried: the first ended before it held the table"
         return blow
     family = {proc.pid, *descendants(proc.pid)}
-    resume = rng.random() < 0.5
-    other = check(table, cases, resume=resume, case_timeout=case_timeout)
-    _, err = other.communicate(timeout=300)
-    first_alive = proc.poll() is None
+    if paused:
+        os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        resume = rng.random() < 0.5
+        other = check(table, cases, resume=resume, case_timeout=case_timeout)
+        _, err = other.communicate(timeout=300)
+        first_alive = proc.poll() is None
+    finally:
+        if paused:
+            os.kill(proc.pid, signal.SIGCONT)
     blow["struck"], blow["broken"] = refusal_verdict(other.returncode, err, family, first_alive)
     what = "--resume" if resume else "run"
     if blow["struck"] and not blow["broken"]:
@@ -383,7 +395,7 @@ def main(argv=None) -> int:
     end = time.monotonic() + args.minutes * 60
     rounds = broken = 0
     totals = Counter()
-    per = {k: Counter() for k in BLOWS + [SECOND]}
+    per = {k: Counter() for k in BLOWS + [SECOND, PAUSED]}
     lines = []
     while time.monotonic() < end:
         rounds += 1
@@ -395,8 +407,8 @@ def main(argv=None) -> int:
         # A second run alone: a blow meanwhile could end the first before the second (8 s
         # of start-up on a loaded host) reaches the lock, and a blow held back for it lands
         # after the run.
-        blow = (second_run(table, cases, proc, rng, args.case_timeout) if kind == SECOND
-                else disturb(proc, table, len(clean), rng, kind))
+        blow = (second_run(table, cases, proc, rng, args.case_timeout, kind == PAUSED)
+                if kind in (SECOND, PAUSED) else disturb(proc, table, len(clean), rng, kind))
         said = [f"{blow['kind']} at {time.monotonic() - start:.0f} s ({blow['note']})"]
         try:
             proc.wait(timeout=limit)
@@ -440,13 +452,13 @@ def main(argv=None) -> int:
              f"{totals['rounds with a process left']} with a process of the run left behind.")
     table = ["| blow | struck a working run / rounds | lost | duplicated | false passes | "
              "broken rounds |", "|---|---|---|---|---|---|"]
-    for kind in BLOWS + [SECOND]:
+    for kind in BLOWS + [SECOND, PAUSED]:
         c = per[kind]
         table.append(f"| {kind} | {c['struck']} / {c['rounds']} | {c['lost']} | {c['dupes']} "
                      f"| {c['false passes']} | {c['broken']} |")
     print("soak: per blow (struck a working run / rounds dealt, lost, duplicated, false "
           "passes, broken rounds):")
-    for kind in BLOWS + [SECOND]:
+    for kind in BLOWS + [SECOND, PAUSED]:
         c = per[kind]
         print(f"  {kind:<32} {c['struck']:>3} / {c['rounds']:<3} {c['lost']:>4} {c['dupes']:>4} "
               f"{c['false passes']:>4} {c['broken']:>4}")
