@@ -5,18 +5,16 @@ tested nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from harness import cli
 from harness.model.case import Case
 from harness.model.cases_file import CasesFileError, load_file
 from harness.tools.options import EXIT_USAGE
 from harness.tools.repro import load_case_json
 
-ROOT = Path(__file__).resolve().parent.parent
 GOOD = {"route": "fa2.single_prefill", "family": "gqa", "variant": "q8_over_kv8",
         "params": {"causal": True, "dtype": "fp16", "head_dim": 64, "kv_lens": [5],
                    "num_kv_heads": 2, "num_qo_heads": 2, "qo_lens": [3], "return_lse": False,
@@ -36,9 +34,12 @@ def _write(tmp_path: Path, data, name="cases.json") -> Path:
     return path
 
 
-def _repro(path: Path, option: str, case_id: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "repro", case_id, option, str(path),
-                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+def _repro(capsys, path: Path, option: str, case_id: str):
+    """`harness repro` in this process (the file is refused before any child starts):
+    (exit status, stdout, stderr)."""
+    code = cli.main(["repro", case_id, option, str(path), "--json"])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def _id(record: dict) -> str:
@@ -46,25 +47,25 @@ def _id(record: dict) -> str:
 
 
 @pytest.mark.parametrize("option", ["--cases-file", "--case-json"])
-def test_a_misspelt_route_is_one_line_exit_2_before_any_case(tmp_path, option):
+def test_a_misspelt_route_is_one_line_exit_2_before_any_case(tmp_path, capsys, option):
     bad = _case(route="fa2.single_prefil")
-    proc = _repro(_write(tmp_path, [bad] if option == "--cases-file" else bad), option, _id(bad))
-    assert proc.returncode == EXIT_USAGE, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+    code, out, err = _repro(capsys, _write(tmp_path, [bad] if option == "--cases-file" else bad),
+                            option, _id(bad))
+    assert code == EXIT_USAGE, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert option in lines[0] and "'fa2.single_prefil'" in lines[0]
     assert "did you mean 'fa2.single_prefill'" in lines[0]
-    assert proc.stdout == ""          # no row: the case never ran
-    assert "Traceback" not in proc.stderr
+    assert out == ""          # no row: the case never ran
 
 
-def test_an_unknown_feature_is_one_line_exit_2_before_any_case(tmp_path):
+def test_an_unknown_feature_is_one_line_exit_2_before_any_case(tmp_path, capsys):
     bad = _case(requires=["plan_runn"])
-    proc = _repro(_write(tmp_path, bad), "--case-json", _id(bad))
-    assert proc.returncode == EXIT_USAGE, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    code, out, err = _repro(capsys, _write(tmp_path, bad), "--case-json", _id(bad))
+    assert code == EXIT_USAGE, err
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and "'requires' names 'plan_runn', not a feature" in lines[0]
-    assert proc.stdout == ""
+    assert out == ""
 
 
 def test_the_loader_refuses_what_check_refuses(tmp_path):
