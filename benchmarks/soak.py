@@ -68,7 +68,7 @@ WEIGHTS = {k: 2 if k in ("SIGKILL to the worker", "SIGSTOP to the worker",
 SHORT = {**{f"{k.split()[0][3:].lower()}-{k.split()[-1]}": k for k in BLOWS},
          "second-run": SECOND, "second-run-paused": PAUSED}
 PLANTED_TAG = "-planted-failure"
-SAID_PASS = re.compile(r"^PASS:", re.M)
+SAID_PASS = re.compile(r"^\W*PASS\b", re.M)   # check's verdict line: "PASS: 159 rows, ..."
 
 
 def check(results: Path, cases: Path, resume: bool, case_timeout: float,
@@ -391,7 +391,7 @@ def main(argv=None) -> int:
     limit = round_limit(clean_s, args.case_timeout)
     head = (f"Clean run: {len(clean)} cases ({args.family} on {ROUTES}, one planted failing "
             f"case) in {clean_s:.0f} s, exit {first.returncode}; a round may take {limit:.0f} s.")
-    print(f"soak: {head}", flush=True)
+    print(f"soak: {head} Tables and logs in {work}.", flush=True)
     end = time.monotonic() + args.minutes * 60
     rounds = broken = 0
     totals = Counter()
@@ -410,14 +410,16 @@ def main(argv=None) -> int:
         blow = (second_run(table, cases, proc, rng, args.case_timeout, kind == PAUSED)
                 if kind in (SECOND, PAUSED) else disturb(proc, table, len(clean), rng, kind))
         said = [f"{blow['kind']} at {time.monotonic() - start:.0f} s ({blow['note']})"]
+        over = False
         try:
             proc.wait(timeout=limit)
             said.append(f"the run's exit {proc.returncode} at {time.monotonic() - start:.0f} s")
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:   # longer than the harness may take: a stalled run
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             said.append(f"killed after {limit:.0f} s")
             totals["rounds over their limit"] += 1
+            over = True
         run_passed = said_pass(proc.returncode, log)
         rows, resume_passes = finish(table, cases, len(clean), args.case_timeout, limit, log)
         got = judge(rows, clean, blow)
@@ -425,7 +427,7 @@ def main(argv=None) -> int:
         totals["rounds with a process left"] += stray
         false = got["false_passes"] + run_passed + resume_passes
         bad = bool(got["dupes"] or got["missing"] or got["changed"] or false
-                   or blow["broken"] or stray)
+                   or blow["broken"] or stray or over)
         broken += bad
         for counts in (totals, per[kind]):
             counts["lost"] += got["missing"]
