@@ -449,7 +449,7 @@ def main(argv=None) -> int:
     total = (f"Totals: {rounds} rounds in {args.minutes:g} min, {broken} broken; "
              f"{totals['lost']} rows lost, {totals['dupes']} duplicated, "
              f"{totals['false passes']} false passes, {totals['changed']} changed outcomes; "
-             f"{totals['blow rows']} struck cases whose row tells the blow; "
+             f"{totals['blow rows']} struck case(s) whose row tells the blow; "
              f"{totals['rounds over their limit']} rounds over their limit, "
              f"{totals['rounds with a process left']} with a process of the run left behind.")
     table = ["| blow | struck a working run / rounds | lost | duplicated | false passes | "
