@@ -206,7 +206,7 @@ def test_fork_runner_child_runs_after_the_target_computed_while_loading():
 
 # ---- the whole loop, on the bundled library ------------------------------------------------------
 
-def test_found_failures_are_saved_and_replay_the_same(tmp_path, capfd):
+def test_found_failures_are_saved_and_replay_the_same(tmp_path, capfd, forked_children):
     """Guards off, gqa on single prefill: a silent run and a SIGFPE, each shrunk, saved,
     and the same again through repro; the SIGFPE also through check's crash-isolated
     workers."""

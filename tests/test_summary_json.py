@@ -114,7 +114,7 @@ def test_annotations_print_only_on_github_actions(tmp_path):
     assert step.read_text().startswith("### bundled on cpu-x86_64: FAIL")
 
 
-def test_the_ci_command_reads_a_table_and_exits_by_its_rows(tmp_path):
+def test_the_ci_command_reads_a_table_and_exits_by_its_rows(tmp_path, forked_children):
     from harness.results.table import append_row
     table = tmp_path / "bundled-cpu-x86_64.jsonl"
     rows = [json.loads(line) for line in _sample_table().splitlines()]

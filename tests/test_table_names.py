@@ -115,6 +115,7 @@ def test_the_commit_comes_from_the_adapter_first_then_its_repository(library, tm
         == "v2.1_rc_1"
 
 
+@pytest.mark.system   # a plain `pytest` process over the pytest root is the subject
 def test_a_plain_pytest_run_names_its_table_for_the_library_too(library, tmp_path):
     """`pytest harness/engine/pytest_root --target ...` without --results: the same name
     `harness check` gives, and the latest copy under the library's declared name."""
