@@ -61,17 +61,21 @@ def select_cases(target_name: str, families=None, routes=None, case_id=None,
     """The cases a run covers, in generation order (deterministic everywhere); with `shard`
     (I/N), this machine's share of them (harness/model/shard.py)."""
     from harness.targets import load_target
+    from harness.targets.descriptors import described
+
+    def selector():   # an in-tree descriptor where it selects alone: no runner, no torch
+        return described(target_name) or load_target(target_name)
 
     if cases_file:
         from harness.model import budget, cases_file as checked
         data = budget.load_cases_data(Path(cases_file).read_text(), str(cases_file))
         # Each case against the target's routes and the known features, before the first
         # runs: a misspelt route would be a skipped row, and a run of them a PASS.
-        target = load_target(target_name)
+        target = selector()
         cases = checked.check_records(data, f"--cases-file {cases_file}", target.routes,
                                       f"target {target.name!r}")
     else:
-        cases = list(load_target(target_name).cases(families, profile or default_profile()))
+        cases = list(selector().cases(families, profile or default_profile()))
     if routes:
         available = {c.route for c in cases}
         unknown = set(routes) - available

@@ -8,6 +8,8 @@ from harness.targets.descriptors._flashinfer_shape import plan_run_args
 
 NAME = "bundled"
 ROUTES = BUNDLED_ROUTES
+# Its cases are the families' on ROUTES on every machine: selected without the runner.
+CASES_FROM_DESCRIPTOR = True
 SIGNATURE = Signature(
     args=plan_run_args(),
     core="plan_run",
