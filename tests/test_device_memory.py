@@ -2,6 +2,7 @@
 the holder, and no small case (every ci case) ever waits for one."""
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import threading
@@ -85,11 +86,15 @@ def test_a_dead_holder_frees_its_shares(tmp_path):
                             cwd=Path(__file__).resolve().parent.parent)
     try:
         assert proc.stdout.readline().strip() == "held"
+        # Every usable share is held by the live process: none can be taken without waiting.
+        for i in range(dm.USABLE):
+            with open(tmp_path / f"share.{i}", "a") as f:
+                with pytest.raises(BlockingIOError):
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         waited: list = []
         t = threading.Thread(target=lambda: waited.append(dm._take(tmp_path, 1)))
         t.start()
-        time.sleep(0.3)
-        assert not waited          # every usable share is held by the live process
+        assert not waited          # it cannot have one while the holder lives
         proc.kill()
         proc.wait()
         t.join(timeout=10)
