@@ -84,7 +84,7 @@ WORD_BY_OP = {("batch_decode", "rows"): "batch_size|rows"}
 _PAGED_FIELDS = {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size",
                  "rank", "q_rows", "dtype", "batch_size", "kv_lens", "block_table",
                  "query_start_loc", "last_page_len", "max_seqlen_q", "max_seqlen_k",
-                 "plan_handle"}
+                 "plan_handle", "causal", "window"}
 APPLIES = {
     "paged_prefill": _PAGED_FIELDS,
     "ragged_prefill": {"num_qo_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "rank",

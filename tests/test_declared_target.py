@@ -63,6 +63,19 @@ def test_each_planted_bug_is_found(runs, variant, outcome):
         [(r["case_id"], r["outcome"], r["message"]) for r in again if not r["pass"]]
 
 
+def test_a_causal_flag_planned_the_other_way_is_found_where_it_changes_the_answer(runs):
+    # (d) run() masks by plan()'s causal flag: a prefill planned non-causal and run causal
+    # is wrong; a decode row sees every key either way (bottom-right aligned), so it matches.
+    rc, rows = runs["make_target"]
+    found = _variant_rows(rows, "misplanned.causal")
+    by_route = {}
+    for r in found:
+        by_route.setdefault(r["route"], set()).add(r["outcome"])
+    assert by_route == {"tiny.paged_prefill": {"wrong"}, "tiny.batch_decode": {"match"}}, by_route
+    _, fixed = runs["make_fixed_target"]
+    assert all(r["pass"] for r in _variant_rows(fixed, "misplanned.causal"))
+
+
 def test_the_fixed_library_passes_every_row_it_runs(runs):
     rc, rows = runs["make_fixed_target"]
     failing = [(i, r["outcome"], r["message"]) for i, r in rows.items() if not r["pass"]]

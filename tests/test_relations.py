@@ -18,7 +18,7 @@ import torch
 import cases
 from harness.model.capabilities import Capabilities
 from harness.model.problem import build_problem
-from harness.model.relations import RELATIONS, violations
+from harness.model.relations import RELATIONS, contract_of, violations
 from harness.model.signature import CORE_FIELDS, Arg, Signature
 from harness.targets.block_table import mismatch as bt_mismatch
 from harness.targets.block_table.batch import build as bt_build
@@ -108,7 +108,10 @@ def _block_table_values(case) -> dict:
             "k_heads": batch.key.shape[1], "v_heads": batch.value.shape[1],
             "batch_size": batch.num_reqs, "qo_offsets": batch.query_start_loc,
             "kv_lens": batch.seq_lens, "block_table": batch.block_table,
-            "num_blocks": batch.num_blocks, "block_size": batch.block_size}
+            "num_blocks": batch.num_blocks, "block_size": batch.block_size,
+            "causal_planned": batch.planned.get("causal", p.causal), "causal_run": p.causal,
+            "window_planned": batch.planned.get("window", p.window_left),
+            "window_run": p.window_left}
 
 
 def _plan_run_values(case) -> dict:
@@ -179,9 +182,10 @@ def judged():
 
 
 def test_contract_follows_the_input(judged):
-    """Every misplanned case: refuse exactly when its handed arguments break a relation."""
-    wrong = [(c.id, c.expect, sorted(v)) for c, v in judged
-             if (c.expect == "refuse") != bool(v)]
+    """Every misplanned case: refuse exactly when its handed arguments break a relation the
+    run cannot resolve, match_or_refuse when they break only ones it can (its own causal
+    flag and window), match when they break none."""
+    wrong = [(c.id, c.expect, sorted(v)) for c, v in judged if c.expect != contract_of(v)]
     assert not wrong, wrong
     assert len(judged) > 80
 

@@ -62,6 +62,9 @@ METADATA_FIELDS = {
     "max_seqlen_q": "the stated maximum query length, against the longest request",
     "max_seqlen_k": "the stated maximum kv length, against the longest request",
     "plan_handle": "what the metadata call returned, handed to the run of another batch",
+    # A scalar both the metadata call and the run read (signature.TWO_CALL_FIELDS).
+    "causal": "the causal flag the metadata call was told, against the run's",
+    "window": "the sliding window the metadata call was told, against the run's",
 }
 # "out": the caller hands the output buffer (out=, lse=); "lse": the LSE can be returned.
 CALL_FORMS = frozenset({"out", "lse"})

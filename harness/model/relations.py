@@ -174,6 +174,16 @@ RELATIONS = (
              "plan_handle", None,
              "the run handed a plan made for another batch (its requests regrouped)",
              ops=_PAGED),
+    # each scalar the metadata call reads against the run's: the metadata call told the
+    # other causal flag / another window. As the plan handle: compute what the run is
+    # handed (its own flag and window: the reference's) or refuse naming the field.
+    Relation("causal", "causal", lambda p: not p["causal"], "match_or_refuse", "causal",
+             None, "the metadata call told the other causal flag than the run: a schedule "
+             "made for one mask, run with the other", ops=_PAGED),
+    Relation("window", "window", lambda p: 8 if p["window_left"] < 0 else -1,
+             "match_or_refuse", "window", None,
+             "the metadata call told another sliding window than the run (one where the run "
+             "has none, or none where it has one)", ops=_PAGED),
     Relation("max_seqlen_k_above", "max_seqlen_k", lambda p: max(p["kv_lens"]) + 5, "match",
              "", None, "a stated maximum above every length is a bound: valid"),
 )
@@ -183,8 +193,8 @@ BY_VARIANT = {r.variant: r for r in RELATIONS}
 def refuse_words(r: Relation, p, value) -> tuple:
     """The words a refusal of relation r on params p must name: the field, the planned
     value where there is one, and the value given (a list: its first entry that breaks)."""
-    if r.field == "plan_handle":
-        return (r.word,)               # the handle is an object: no value to state
+    if r.expect == "match_or_refuse":
+        return (r.word,)               # a refusal names the field (a handle has no value)
     if r.expect != "refuse":
         return ()
     if r.given is not None:
@@ -206,6 +216,19 @@ def _breaking_entry(r, p, offsets):
 
 # ---- one input, one contract --------------------------------------------------------------
 
+# Broken relations the run's own arguments resolve: the metadata call was told another
+# causal flag or window, but the run is handed its own, so its input has one answer (compute
+# it, or refuse naming the field): match_or_refuse. Any other broken relation: refuse.
+RUN_DEFINED = frozenset({"scalar.causal", "scalar.window"})
+
+
+def contract_of(broken: frozenset) -> str:
+    """The contract an input that breaks `broken` (violations()) carries."""
+    if not broken:
+        return "match"
+    return "match_or_refuse" if broken <= RUN_DEFINED else "refuse"
+
+
 def violations(v: dict) -> frozenset:
     """The relations the arguments a call is handed break.
 
@@ -219,6 +242,7 @@ def violations(v: dict) -> frozenset:
       kv_lens, block_table, num_blocks, block_size per-request lengths, the table, the pool
       last_page_len                                per-request last-page lengths
       max_seqlen_q, max_seqlen_k                   stated maxima
+      causal_planned, causal_run, window_planned, window_run  scalars both calls read
     """
     out = set()
     g = v.get
@@ -233,6 +257,8 @@ def violations(v: dict) -> frozenset:
     differ("v_dim", "head_dim_vo", "dim.v")
     differ("q_dtype", "dtype", "dtype.q")
     differ("page_size_held", "page_size_stated", "count.page_size")
+    differ("causal_planned", "causal_run", "scalar.causal")
+    differ("window_planned", "window_run", "scalar.window")
     if "q_rank" in v and v["q_rank"] != 3:
         out.add("rank.q")
     qo = g("qo_offsets")

@@ -119,7 +119,13 @@ FIELD_ROLES = {
     "max_seqlen_q": ("max_seqlen_q",),
     "max_seqlen_k": ("max_seqlen_k",),
     "plan_handle": ("plan_handle",),
+    "causal": ("causal",),
+    "window": ("window",),
 }
+# Scalars a relation bends only between two calls: the metadata call told one value, the
+# run handed another. A signature carries such a field only where its role is read by at
+# least two calls (a plan-only flag has no second reader to disagree with).
+TWO_CALL_FIELDS = frozenset({"causal", "window"})
 
 # What each neutral core performs (harness/targets/plan_run/mismatch.py and
 # harness/targets/block_table/mismatch.py; a test checks these against the cores).
@@ -128,7 +134,8 @@ CORE_FIELDS = {
                  "rank", "q_rows", "kv_rows", "dtype", "query_start_loc", "last_page_len",
                  "block_table"),
     "block_table": ("num_qo_heads", "num_kv_heads", "head_dim_qk", "q_rows", "dtype",
-                    "batch_size", "kv_lens", "block_table", "query_start_loc"),
+                    "batch_size", "kv_lens", "block_table", "query_start_loc", "causal",
+                    "window"),
 }
 # DeclaredTarget's runner (harness/targets/block_table/declared.py): the block-table core's
 # fields, and the plan handle (it makes every call, so it can hand the run another plan's).
@@ -208,6 +215,8 @@ class Signature:
         out = {}
         for f, roles in FIELD_ROLES.items():
             args = tuple(a for a in self.args if a.role in roles)
+            if f in TWO_CALL_FIELDS and len({a.call for a in args}) < 2:
+                continue
             if args:
                 out[f] = args
         return out

@@ -309,9 +309,15 @@ class VllmCall(CaseCalls):
             planned_lens, planned_qsl = (
                 torch.tensor(first[n], dtype=torch.int32, device=self.device)
                 for n in ("seq_lens", "query_start_loc"))
+        # The causal flag and window the metadata call is told: the problem's, unless the
+        # case bends one (mismatch.py: batch.planned); the run is handed the problem's.
+        planned_causal = bool(batch.planned.get("causal", p.causal))
+        planned_window = (window if "window" not in batch.planned else sliding_window_size(
+            planned_causal, batch.planned["window"], p.qo_lens))
         schedule = ns.get_scheduler_metadata(
             batch.num_reqs, batch.num_qo_heads, batch.num_kv_heads, batch.head_dim,
-            planned_lens, p.dtype, planned_qsl, p.causal, window, isa, True, None, cache_dtype)
+            planned_lens, p.dtype, planned_qsl, planned_causal, planned_window, isa, True, None,
+            cache_dtype)
         if restaged is not None:
             restaged.rewrite()
         self.buffers.stage("run")

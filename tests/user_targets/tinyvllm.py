@@ -2,10 +2,10 @@
 per call, nothing else (harness/targets/block_table/declared.py performs every case).
 
 The library: plan(seq_lens, query_start_loc, num_reqs, num_heads, num_kv_heads, head_size,
-block_size) -> a plan; run(query, key_cache, value_cache, out, query_start_loc, seq_lens,
+block_size, causal) -> a plan; run(query, key_cache, value_cache, out, query_start_loc, seq_lens,
 block_table, scale, causal, plan) writes out. Caches [num_blocks, block_size, kv heads, D].
 
-It checks what a careful library checks, and carries three planted bugs (BUGS), each off in
+It checks what a careful library checks, and carries four planted bugs (BUGS), each off in
 make_fixed_target():
   restaged      plan() keeps a reference to the caller's seq_lens and sizes each request's
                 block loop from what they held then; run() reads the lengths through that
@@ -15,6 +15,8 @@ make_fixed_target():
   more_heads    run() refuses a query with fewer heads than planned, but reads one with more
                 through the plan's head stride (the query's storage viewed as the plan's
                 heads): misread rows, no error
+  planned_causal  run() masks by the causal flag plan() was told, not its own: a caller
+                that plans one mask and runs the other gets the planned one, no error
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch
 
 from harness.targets import Arg, Capabilities, DeclaredTarget, Signature
 
-BUGS = frozenset({"restaged", "negative_block", "more_heads"})
+BUGS = frozenset({"restaged", "negative_block", "more_heads", "planned_causal"})
 
 
 class Plan:
@@ -35,7 +37,7 @@ class TinyVllm:
         self.bugs = frozenset(bugs)
 
     def plan(self, seq_lens, query_start_loc, num_reqs, num_heads, num_kv_heads, head_size,
-             block_size):
+             block_size, causal):
         if seq_lens.numel() != num_reqs:
             raise ValueError(f"num_reqs is {num_reqs} but seq_lens has {seq_lens.numel()} entries")
         if query_start_loc.numel() != num_reqs + 1:
@@ -48,7 +50,7 @@ class TinyVllm:
         kept = seq_lens if "restaged" in self.bugs else seq_lens.clone()
         return Plan(seq_lens=kept, blocks=[-(-max(n, 0) // block_size) for n in lens],
                     num_reqs=num_reqs, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                    head_size=head_size, block_size=block_size)
+                    head_size=head_size, block_size=block_size, causal=bool(causal))
 
     def run(self, query, key_cache, value_cache, out, query_start_loc, seq_lens, block_table,
             scale, causal, plan):
@@ -87,6 +89,8 @@ class TinyVllm:
             query = query.contiguous().view(-1)[:query.shape[0] * plan.num_heads * d]
             query = query.view(-1, plan.num_heads, d)
         group = plan.num_heads // hkv
+        if "planned_causal" in self.bugs:
+            causal = plan.causal
         for r in range(plan.num_reqs):
             n = lens[r]
             if n < 0:
@@ -120,6 +124,7 @@ SIGNATURE = Signature(args=(
     Arg("num_kv_heads", "num_kv_heads", PLAN),
     Arg("head_size", "head_dim_qk", PLAN),
     Arg("block_size", "block_size", PLAN),
+    Arg("causal", "causal", PLAN),
     Arg("query", "q", RUN, layout="[rows, Hq, D]"),
     Arg("key_cache", "k_cache", RUN, layout="[blocks, block_size, Hkv, D]"),
     Arg("value_cache", "v_cache", RUN, layout="[blocks, block_size, Hkv, D]"),

@@ -2,7 +2,7 @@
 own cache writer, and the metadata tensors that describe where each request lives."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -29,6 +29,9 @@ class BlockBatch:
     num_kv_heads: int
     head_dim: int
     rows: int                      # query rows the metadata covers (query_start_loc[-1])
+    # {role: value} the metadata call is told instead of the problem's (a causal flag or a
+    # window bent by mismatch.py); the run is handed the problem's own.
+    planned: dict = field(default_factory=dict)
 
 
 def build(problem, block_size: int, order: str = "shuffled", offset: int = 0,

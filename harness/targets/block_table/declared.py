@@ -174,8 +174,9 @@ class DeclaredCall(CaseCalls):
                 restaged.rewrite()    # after the metadata call read them, before the run
             kwargs = {}
             handed = given
-            if other is not None and not writing and name != order[-1]:
-                handed = {**given, **other}      # the plan for the other batch
+            if not writing and name != order[-1]:
+                # A metadata call: the plan for the other batch, the scalars it was told.
+                handed = {**given, **(other or {}), **batch.planned}
             for a in sig.args:
                 if a.call != name:
                     continue

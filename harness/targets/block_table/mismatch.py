@@ -18,6 +18,7 @@ computes plausible numbers, so the harness sees `silent`, not a lucky NaN):
   block_table    the last request's first block id is n, past the pool of blocks
   query_start_loc  its last entry is n (a list n: the whole offsets, its first entry
                  negative or an entry decreasing)
+  causal, window the metadata call is told n (batch.planned); the run the problem's own
 
 Both directions where one exists (harness/model/relations.py RELATIONS): heads, kv heads
 and the batch size stated above and below the tensors'; a block id negative, one past and
@@ -35,7 +36,7 @@ APART = ("num_kv_heads",)
 
 # The fields this core performs, for a target's Capabilities.metadata.
 FIELDS = ("num_qo_heads", "num_kv_heads", "head_dim_qk", "q_rows", "dtype", "batch_size",
-          "kv_lens", "block_table", "query_start_loc")
+          "kv_lens", "block_table", "query_start_loc", "causal", "window")
 
 
 def perturb(batch: BlockBatch, mismatch) -> BlockBatch:
@@ -71,6 +72,10 @@ def perturb(batch: BlockBatch, mismatch) -> BlockBatch:
     elif field == "query_start_loc":
         batch.query_start_loc = ([int(x) for x in n] if isinstance(n, list)
                                  else batch.query_start_loc[:-1] + [int(n)])
+    elif field == "causal":
+        batch.planned["causal"] = bool(n)
+    elif field == "window":
+        batch.planned["window"] = int(n)
     else:
         raise Skip(f"mismatch field {field!r} has no analogue in a block-table batch")
     return batch
