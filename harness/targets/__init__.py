@@ -26,11 +26,12 @@ from pathlib import Path
 from harness.model.capabilities import Capabilities  # noqa: F401  (re-exported for adapters)
 from harness.model.routes import DEFAULT_TARGET
 from harness.model.signature import ENCODINGS, ROLES, Arg, Signature  # noqa: F401  (public)
+from harness.model.target_options import TargetOption  # noqa: F401  (public)
 from harness.targets.base import Skip, Target  # noqa: F401  (re-exported for adapters)
 
 # The names an adapter imports (docs/targets.md): stable across releases.
 __all__ = ["Arg", "Capabilities", "DeclaredTarget", "ENCODINGS", "ROLES", "Signature", "Skip",
-           "Target", "load_target"]
+           "Target", "TargetOption", "load_target"]
 
 
 def __getattr__(name):
