@@ -19,6 +19,7 @@ only loses its place): refresh it when a new test takes more than a few seconds.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,13 @@ SLOW = {
     "test_held_start.py::test_a_check_called_off_by_a_bad_option_leaves_no_table": 2.5,
 }
 
+
+# pytest keeps each test module's assertion-rewritten bytecode in tests/__pycache__ unless
+# bytecode writing is off (PYTHONDONTWRITEBYTECODE): then every xdist worker rewrites and
+# compiles all of them again at each collection, about 4.5 CPU-seconds a worker. Set before
+# any test module is imported; the variable itself is left as it is for every child a test
+# starts.
+sys.dont_write_bytecode = False
 
 # The test-only `faults` target (tests/fault_target.py) is registered here, not in the
 # project's registry: every process a test starts inherits the name through the environment.
