@@ -135,7 +135,7 @@ def relation_of(op: str, params) -> "relations.Relation":
     elif field in ("kv_rows",):
         variant = "kv_rows_fewer"
     elif field == "plan_handle":
-        variant = "plan_handle_other_batch"
+        variant = f"plan_handle_{value}"
     else:
         variant = field
     if variant not in relations.BY_VARIANT:

@@ -104,12 +104,14 @@ def test_contracts_are_target_neutral(all_cases):
                                                           "max_seqlen_q_above",
                                                           "max_seqlen_k_above",
                                                           "plan_handle_other_batch",
+                                                          "plan_handle_truncated",
+                                                          "plan_handle_zeroed",
                                                           "causal", "window"):
             assert c.expect == "refuse", c.id
         # the run handed everything it needs (another plan's handle, its own causal flag or
         # window): compute what it is handed, or refuse naming the field
-        if c.family == "misplanned" and c.variant in ("plan_handle_other_batch", "causal",
-                                                      "window"):
+        if c.family == "misplanned" and (c.variant.startswith("plan_handle_")
+                                         or c.variant in ("causal", "window")):
             assert c.expect == "match_or_refuse" and c.refuse_words, c.id
         if c.family == "gqa" and c.variant in ("q12_over_kv8", "q4_over_kv8", "kv0"):
             assert c.expect == "refuse" and "num_kv_heads" in c.refuse_words, c.id

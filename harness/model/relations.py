@@ -174,6 +174,14 @@ RELATIONS = (
              "plan_handle", None,
              "the run handed a plan made for another batch (its requests regrouped)",
              ops=_PAGED),
+    # the plan handle damaged: what the metadata call returned, cut short or zeroed. The
+    # run's own tensors still define the answer (the handle is a schedule, not the data):
+    # compute it, or refuse naming the handle; a read past a short handle is a crash.
+    Relation("plan_handle_truncated", "plan_handle", "truncated", "match_or_refuse",
+             "plan_handle", None,
+             "the run handed the metadata call's handle cut to half its entries", ops=_PAGED),
+    Relation("plan_handle_zeroed", "plan_handle", "zeroed", "match_or_refuse", "plan_handle",
+             None, "the run handed the metadata call's handle zeroed", ops=_PAGED),
     # each scalar the metadata call reads against the run's: the metadata call told the
     # other causal flag / another window. As the plan handle: compute what the run is
     # handed (its own flag and window: the reference's) or refuse naming the field.
@@ -193,7 +201,7 @@ BY_VARIANT = {r.variant: r for r in RELATIONS}
 def refuse_words(r: Relation, p, value) -> tuple:
     """The words a refusal of relation r on params p must name: the field, the planned
     value where there is one, and the value given (a list: its first entry that breaks)."""
-    if r.expect == "match_or_refuse":
+    if r.expect == "match_or_refuse" or r.field == "plan_handle":
         return (r.word,)               # a refusal names the field (a handle has no value)
     if r.expect != "refuse":
         return ()

@@ -67,7 +67,7 @@ import torch
 from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target
 from harness.targets.block_table.batch import block_pool, build
-from harness.targets.block_table.mismatch import FIELDS, perturb
+from harness.targets.block_table.mismatch import FIELDS, damaged_handle, handle_damage, perturb
 from harness.targets.block_table.restage import Metadata, first_batch
 from harness.targets.case_calls import CaseCalls
 from harness.targets.plan_run.mixed import decode_first
@@ -256,8 +256,9 @@ class VllmCall(CaseCalls):
         block_size, window, isa = self.settings()
         batch = build(p, block_size, params.get("page_order", "shuffled"),
                       int(params.get("page_id_offset", 0)), self.case.seed)
-        other_plan = (self.mismatch or {}).get("field") == "plan_handle"
-        if not other_plan:                  # that one plans another batch below
+        damage = handle_damage(self.mismatch)
+        other_plan = (self.mismatch or {}).get("field") == "plan_handle" and not damage
+        if (self.mismatch or {}).get("field") != "plan_handle":   # that one: below
             batch = perturb(batch, self.mismatch)
 
         # The library's own cache: one tensor, its halves K and V (vLLM's allocation; an fp8
@@ -318,6 +319,8 @@ class VllmCall(CaseCalls):
             batch.num_reqs, batch.num_qo_heads, batch.num_kv_heads, batch.head_dim,
             planned_lens, p.dtype, planned_qsl, planned_causal, planned_window, isa, True, None,
             cache_dtype)
+        if damage:
+            schedule = damaged_handle(schedule, damage)
         if restaged is not None:
             restaged.rewrite()
         self.buffers.stage("run")
@@ -512,7 +515,8 @@ def _standalone_parts() -> list:
             builders.every_other, builders.head_sliced, layout.Views, case_calls.CaseCalls,
             problem._cat, layout.page_ids, batch.BlockBatch, batch.build, batch.owned_blocks,
             batch.block_pool, restage._offsets, restage.first_batch, restage.Metadata,
-            plan_mismatch._resize, mismatch.perturb, mixed.decode_first, variant, package_dir,
+            plan_mismatch._resize, mismatch.perturb, mismatch.handle_damage,
+            mismatch.damaged_handle, mixed.decode_first, variant, package_dir,
             extension_path, load_extension, attention_isa, sliding_window_size, as_laid_out,
             fp8_skip, _away_from_zero, _truncated, writer_input, VllmCall]
 
@@ -574,7 +578,7 @@ def standalone_call_source(case) -> str:
 _STANDALONE_HEAD = """import ctypes
 import importlib.util
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 """

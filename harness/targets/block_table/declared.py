@@ -32,7 +32,7 @@ import torch
 
 from harness.targets.base import Skip, Target
 from harness.targets.block_table.batch import block_pool, build
-from harness.targets.block_table.mismatch import perturb
+from harness.targets.block_table.mismatch import damaged_handle, handle_damage, perturb
 from harness.targets.block_table.restage import Metadata, first_batch
 from harness.targets.case_calls import CaseCalls
 
@@ -86,6 +86,10 @@ class DeclaredCall(CaseCalls):
         otherwise. Fresh tensors: the caller's own stay the run's."""
         if (self.mismatch or {}).get("field") != "plan_handle":
             return None
+        if not self.target.signature.by_role("plan_handle"):
+            raise Skip("no argument of role 'plan_handle': the run is handed no plan")
+        if handle_damage(self.mismatch):
+            return None                     # this plan's handle, damaged: run()
         if not self.target.signature.by_role("plan_handle"):
             raise Skip("no argument of role 'plan_handle': the run is handed no plan")
         first = first_batch(batch)
@@ -188,6 +192,9 @@ class DeclaredCall(CaseCalls):
             result = functions[name](**kwargs)
             if not writing:
                 handle = result
+                damage = handle_damage(self.mismatch)
+                if damage and name != order[-1]:
+                    handle = damaged_handle(handle, damage)
         return {"o": given["out"]}
 
 

@@ -19,6 +19,9 @@ computes plausible numbers, so the harness sees `silent`, not a lucky NaN):
   query_start_loc  its last entry is n (a list n: the whole offsets, its first entry
                  negative or an entry decreasing)
   causal, window the metadata call is told n (batch.planned); the run the problem's own
+  plan_handle    n "other_batch": the metadata call made for the same requests regrouped
+                 (the cores make that call); n "truncated" / "zeroed": the handle the
+                 metadata call returned, cut to half its entries / zeroed (damaged_handle)
 
 Both directions where one exists (harness/model/relations.py RELATIONS): heads, kv heads
 and the batch size stated above and below the tensors'; a block id negative, one past and
@@ -37,6 +40,30 @@ APART = ("num_kv_heads",)
 # The fields this core performs, for a target's Capabilities.metadata.
 FIELDS = ("num_qo_heads", "num_kv_heads", "head_dim_qk", "q_rows", "dtype", "batch_size",
           "kv_lens", "block_table", "query_start_loc", "causal", "window")
+
+
+# How a case may damage the handle a metadata call returned (relations.py plan_handle_*).
+HANDLE_DAMAGE = ("truncated", "zeroed")
+
+
+def handle_damage(mismatch) -> str | None:
+    """"truncated" | "zeroed" when the case damages the plan handle, else None."""
+    m = mismatch or {}
+    # (the names spelt out: a standalone script carries this function's source alone)
+    return m.get("value") if m.get("field") == "plan_handle" and \
+        m.get("value") in ("truncated", "zeroed") else None
+
+
+def damaged_handle(handle, how: str):
+    """The handle a metadata call returned, damaged as the case says: its first half along
+    its first dimension (a copy), or zeros of its shape. Only a tensor can be damaged so."""
+    import torch
+    if not isinstance(handle, torch.Tensor) or handle.dim() == 0 or handle.numel() < 2:
+        raise Skip(f"the plan handle is {type(handle).__name__}, not a tensor of several "
+                   f"entries: it cannot be {how}")
+    if how == "truncated":
+        return handle[: handle.shape[0] // 2 or 1].clone()
+    return torch.zeros_like(handle)
 
 
 def perturb(batch: BlockBatch, mismatch) -> BlockBatch:
