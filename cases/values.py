@@ -34,6 +34,10 @@ and so the fp64 reference's, exactly (compare.py demands inf for inf and NaN for
                 plan whose one-chunk rows merge a single NaN partial, a window whose rows
                 see the last chunk only, the ll4mi decode kernel, and merge_state's NaN
                 state beside an empty one
+  normal_tail_*  finite values, and NaN / inf in the cache slots past each request's
+                length in its last page (cache_tail; an fp8 cache's NaN byte): no token is
+                there, so the answer is the plain one (a kernel that weights them by 0
+                instead of leaving them out of the sum gives NaN)
   subnormal_v   fp16 v deep in the subnormals with v_scale 0.5 and window_left 0 (each row
                 one key): outputs v / 2 exactly, half of them rounding ties
 
@@ -194,6 +198,8 @@ def _edges(op: str, route) -> Iterator[tuple[str, dict]]:
             yield "split", _edge("nonfinite_v", "fp16", 64, **shape, **paged, max_kv_chunk=8)
             yield "split", _edge("nonfinite_v_masked", "bf16", 64, **shape, **paged,
                                  max_kv_chunk=8)
+        if op in ("paged_prefill", "mixed_batch"):
+            yield from _cache_tails(shape, paged)
         if op == "paged_prefill":
             for fmt in ("fp8_e4m3", "fp8_e5m2"):
                 yield fmt, _edge("nonfinite_v", "bf16", 64, **shape, **paged, kv_dtype=fmt)
@@ -219,6 +225,7 @@ def _edges(op: str, route) -> Iterator[tuple[str, dict]]:
             yield dtype, _edge("nonfinite_v", dtype, d, **shape)
         yield "fp16", _edge("nan_k", "fp16", 128, **shape)
         if op == "batch_decode":
+            yield from _cache_tails(shape, {})
             yield "fp8_e4m3", _edge("nan_k", "bf16", 64, **shape, kv_dtype="fp8_e4m3")
             yield "fp8_e4m3", _edge("nonfinite_v", "fp16", 128, **shape, kv_dtype="fp8_e4m3")
             if route.graph_split_decode:
@@ -226,8 +233,21 @@ def _edges(op: str, route) -> Iterator[tuple[str, dict]]:
                                      use_cuda_graph=True)
 
 
+def _cache_tails(shape: dict, paged: dict) -> Iterator[tuple[str, dict]]:
+    """Finite values, and NaN or inf in the slots past each request's length in its last
+    page (cache_tail): no token is there, so the answer is the plain one; a kernel that
+    weights those slots by 0 instead of leaving them out of the sum gives NaN. Every
+    request's length here leaves its last page part-filled at page 16."""
+    for tail, dtype in (("nan", "bf16"), ("inf", "fp16")):
+        yield dtype, _edge("normal", dtype, 64, **shape, **paged, cache_tail=tail)
+    yield "fp8_e4m3", _edge("normal", "bf16", 64, **shape, **paged, cache_tail="nan",
+                            kv_dtype="fp8_e4m3")
+
+
 def _variant(params: dict) -> str:
     bits = [params["values"]]
+    if params.get("cache_tail"):
+        bits.append(f"tail_{params['cache_tail']}")
     if params.get("kv_dtype"):
         bits.append(params["kv_dtype"].replace("fp8_", ""))
     if params.get("use_cuda_graph"):

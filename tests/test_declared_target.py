@@ -76,6 +76,22 @@ def test_a_causal_flag_planned_the_other_way_is_found_where_it_changes_the_answe
     assert all(r["pass"] for r in _variant_rows(fixed, "misplanned.causal"))
 
 
+def test_nan_past_the_last_token_of_a_block_is_found(tmp_path):
+    # (e) run() weights the slots past a request's length by 0 instead of leaving them out:
+    # a NaN or inf there (values.normal_tail_*) reaches every row that reads that block.
+    found = {}
+    for factory in ("make_target", "make_fixed_target"):
+        table = tmp_path / f"{factory}.jsonl"
+        cli.main(["check", "--target", f"{ADAPTER}:{factory}", "-n", "0", "--family", "values",
+                  "--case-id", "normal_tail_", "--route", "tiny.batch_decode",
+                  "--results", str(table)])
+        found[factory] = {json.loads(line)["case_id"]: json.loads(line)["outcome"]
+                          for line in table.read_text().splitlines()}
+    ran = {i for i, o in found["make_fixed_target"].items() if o != "skipped"}
+    assert ran and all(found["make_fixed_target"][i] == "match" for i in ran)
+    assert {found["make_target"][i] for i in ran} == {"wrong"}, found["make_target"]
+
+
 def test_the_fixed_library_passes_every_row_it_runs(runs):
     rc, rows = runs["make_fixed_target"]
     failing = [(i, r["outcome"], r["message"]) for i, r in rows.items() if not r["pass"]]

@@ -58,7 +58,10 @@ DEFAULTS = {
     "v_scale": 1.0,
     "q_len_per_req": 1,
     "custom_mask": None,
+    "cache_tail": None,       # None: the cores' own filling (NaN or zeros) | "nan" | "inf"
 }
+# What a case may put in the slots of each request's last page past its length.
+CACHE_TAILS = {"nan": float("nan"), "inf": float("inf")}
 
 # The stored formats of an fp8 KV cache. torch's casts do not all saturate (e5m2 overflows
 # to inf), so quantize() clamps to the format's max first, as a KV-cache writer does.
@@ -116,6 +119,9 @@ class Problem:
     alibi_slopes: torch.Tensor | None = None
     q_len_per_req: int = 1
     custom_mask: list | None = None
+    # The value the slots past each request's length in its last page hold (CACHE_TAILS), or
+    # None: the cores' own filling. No token is there: the answer does not change.
+    cache_tail: float | None = None
 
     def __post_init__(self):
         if self.kv_dtype is None:
@@ -246,6 +252,8 @@ def normalize(params: Mapping[str, Any]) -> dict[str, Any]:
             raise _bad("sm_scale", scale, "must be a finite number > 0 or null")
     if p["values"] not in VALUES:
         raise _bad("values", p["values"], f"must be one of {list(VALUES)}")
+    if p["cache_tail"] is not None and p["cache_tail"] not in CACHE_TAILS:
+        raise _bad("cache_tail", p["cache_tail"], f"must be one of {sorted(CACHE_TAILS)} or null")
     _features(p)
     return p
 
@@ -546,6 +554,7 @@ def build_problem(params: Mapping[str, Any], seed: int, device: torch.device | s
         q_len_per_req=p["q_len_per_req"],
         custom_mask=(draw_custom_masks(seed, p["custom_mask"], p["qo_lens"], p["kv_lens"])
                      if p["custom_mask"] else None),
+        cache_tail=CACHE_TAILS.get(p["cache_tail"]),
     )
 
 

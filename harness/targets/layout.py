@@ -161,7 +161,8 @@ def far_rows(t: torch.Tensor) -> torch.Tensor:
 
 def build_paged(problem, page_size: int, layout: str = "NHD", order: str = "shuffled",
                 offset: int = 0, seed: int = 0) -> PagedKV:
-    """A paged cache holding the problem's k/v; every slot no request owns is NaN.
+    """A paged cache holding the problem's k/v; every slot no request owns is NaN, and the
+    slots past each request's length in its last page hold problem.cache_tail when it is set.
 
     Pages below `offset` exist but are never referenced, so a 16-bit page id
     (or a 32-bit page * stride product) lands on NaN instead of real data.
@@ -186,6 +187,11 @@ def build_paged(problem, page_size: int, layout: str = "NHD", order: str = "shuf
             if hi > lo:
                 k_pages[page, :hi - lo] = k[lo:hi]
                 v_pages[page, :hi - lo] = v[lo:hi]
+        tail = getattr(problem, "cache_tail", None)
+        if tail is not None and n % page_size:
+            # The slots of its last page no token is written to (params cache_tail).
+            k_pages[mine[-1], n % page_size:] = tail
+            v_pages[mine[-1], n % page_size:] = tail
         indices.extend(mine)
         indptr.append(indptr[-1] + c)
         last.append(n - (c - 1) * page_size if n else 0)

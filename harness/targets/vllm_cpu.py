@@ -66,7 +66,7 @@ import torch
 
 from harness.model.capabilities import Capabilities
 from harness.targets.base import Skip, Target
-from harness.targets.block_table.batch import block_pool, build
+from harness.targets.block_table.batch import block_pool, build, poison_tails
 from harness.targets.block_table.mismatch import FIELDS, damaged_handle, handle_damage, perturb
 from harness.targets.block_table.restage import Metadata, first_batch
 from harness.targets.case_calls import CaseCalls
@@ -271,6 +271,8 @@ class VllmCall(CaseCalls):
                         torch.uint8 if p.fp8_kv else p.dtype, self.device, fp8=p.fp8_kv)
         kv = kv.view(batch.num_blocks, p.num_kv_heads, 2 * block_size, p.head_dim)
         key_cache, value_cache = kv.chunk(2, dim=2)
+        for half in (key_cache, value_cache):     # a block of each: [Hkv, block_size, D]
+            poison_tails(batch, half, p.cache_tail, 1, fp8=p.fp8_kv)
         key_in, value_in = batch.key.contiguous(), batch.value.contiguous()
         if p.fp8_kv:
             key_in, value_in = (writer_input(t, scale, p.dtype)
@@ -514,7 +516,7 @@ def _standalone_parts() -> list:
     return [builders.poison_value, builders._poisoned, builders.strided_last_dim,
             builders.every_other, builders.head_sliced, layout.Views, case_calls.CaseCalls,
             problem._cat, layout.page_ids, batch.BlockBatch, batch.build, batch.owned_blocks,
-            batch.block_pool, restage._offsets, restage.first_batch, restage.Metadata,
+            batch.block_pool, batch.poison_tails, restage._offsets, restage.first_batch, restage.Metadata,
             plan_mismatch._resize, mismatch.perturb, mismatch.handle_damage,
             mismatch.damaged_handle, mixed.decode_first, variant, package_dir,
             extension_path, load_extension, attention_isa, sliding_window_size, as_laid_out,
@@ -555,6 +557,8 @@ def standalone_call_source(case) -> str:
               "num_kv_heads": p.num_kv_heads, "head_dim": p.head_dim,
               "head_dim_vo": p.head_dim_vo, "causal": p.causal, "window_left": p.window_left,
               "dtype_name": p.dtype_name, "fp8_kv": p.fp8_kv,
+              # its name ("nan" | "inf" | None): a float NaN is no Python literal
+              "cache_tail": case.params.get("cache_tail"),
               # fp32 values, exact as Python floats
               "sinks": None if p.sinks is None else [float(x) for x in p.sinks],
               "alibi_slopes": None if p.alibi_slopes is None
@@ -602,6 +606,8 @@ class ScriptProblem:
         self.dtype, self.device = self.q[0].dtype, self.q[0].device
         for key, value in CFG["problem"].items():
             setattr(self, key, value)
+        if self.cache_tail is not None:
+            self.cache_tail = float(self.cache_tail)    # "nan" | "inf"
         for key in ("sinks", "alibi_slopes"):       # fp32 [Hq] on the CPU
             if getattr(self, key) is not None:
                 setattr(self, key, torch.tensor(getattr(self, key), dtype=torch.float32))

@@ -5,7 +5,7 @@ The library: plan(seq_lens, query_start_loc, num_reqs, num_heads, num_kv_heads, 
 block_size, causal) -> a plan; run(query, key_cache, value_cache, out, query_start_loc, seq_lens,
 block_table, scale, causal, plan) writes out. Caches [num_blocks, block_size, kv heads, D].
 
-It checks what a careful library checks, and carries four planted bugs (BUGS), each off in
+It checks what a careful library checks, and carries five planted bugs (BUGS), each off in
 make_fixed_target():
   restaged      plan() keeps a reference to the caller's seq_lens and sizes each request's
                 block loop from what they held then; run() reads the lengths through that
@@ -17,6 +17,8 @@ make_fixed_target():
                 heads): misread rows, no error
   planned_causal  run() masks by the causal flag plan() was told, not its own: a caller
                 that plans one mask and runs the other gets the planned one, no error
+  weights_tail  run() reads its last block whole and masks the slots past the length by a
+                -inf logit (weight 0) instead of leaving them out: 0 * a NaN there is NaN
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import torch
 
 from harness.targets import Arg, Capabilities, DeclaredTarget, Signature
 
-BUGS = frozenset({"restaged", "negative_block", "more_heads", "planned_causal"})
+BUGS = frozenset({"restaged", "negative_block", "more_heads", "planned_causal", "weights_tail"})
 
 
 class Plan:
@@ -103,13 +105,15 @@ class TinyVllm:
             if bad:
                 raise ValueError(f"block_table: block id {bad[0]} outside the cache's {pool} "
                                  f"blocks")
-            k = key_cache[ids].reshape(-1, hkv, d)[:n].float().repeat_interleave(group, 1)
-            v = value_cache[ids].reshape(-1, hkv, value_cache.shape[-1])[:n].float()
+            held = len(ids) * bs if "weights_tail" in self.bugs else n
+            k = key_cache[ids].reshape(-1, hkv, d)[:held].float().repeat_interleave(group, 1)
+            v = value_cache[ids].reshape(-1, hkv, value_cache.shape[-1])[:held].float()
             v = v.repeat_interleave(group, 1)
             q = query[qsl[r]:qsl[r + 1], :plan.num_heads].float()
             s = torch.einsum("lhd,shd->hls", q, k) * scale
+            s[..., n:] = float("-inf")          # (nothing past n unless weights_tail)
             if causal:
-                i = torch.arange(q.shape[0]).unsqueeze(1) + (k.shape[0] - q.shape[0])
+                i = torch.arange(q.shape[0]).unsqueeze(1) + (n - q.shape[0])
                 s = s.masked_fill(torch.arange(k.shape[0]).unsqueeze(0) > i, float("-inf"))
             w = torch.softmax(s, -1).nan_to_num(0.0)
             out[qsl[r]:qsl[r + 1]] = torch.einsum("hls,shd->lhd", w, v).to(out.dtype)

@@ -79,11 +79,26 @@ def block_pool(batch: BlockBatch, shape, dtype, device, fp8: bool = False) -> to
     Every block no request owns is poison (NaN; an fp8 cache's NaN byte): the blocks below
     page_id_offset and the spare one past the last, so a kernel that reads a block its
     table does not name shows it. The blocks requests own start at zero, as vLLM allocates
-    its caches; their slots past a request's length stay so (a case that wants them
-    poisoned says so)."""
+    its caches; their slots past a request's length stay so, unless the case puts a value
+    there (poison_tails)."""
     pool = torch.empty((batch.num_blocks, *shape), dtype=dtype, device=device)
     pool.fill_(FP8_NAN_BYTE if fp8 else float("nan"))
     owned = owned_blocks(batch)
     if owned:
         pool[torch.tensor(owned, dtype=torch.long, device=device)] = 0
     return pool
+
+
+def poison_tails(batch: BlockBatch, cache: torch.Tensor, tail, token_axis: int,
+                 fp8: bool = False) -> None:
+    """Put `tail` (params cache_tail: NaN or inf; an fp8 cache's NaN byte) in the slots of
+    each request's last block past its length, in place: no token is written there.
+    cache: [num_blocks, ...] holding one of K or V (a view writes through), its token slots
+    on `token_axis` of a block."""
+    if tail is None:
+        return
+    bs = batch.block_size
+    for n, row in zip(batch.seq_lens, batch.block_table):
+        if n > 0 and n % bs and (n - 1) // bs < len(row):
+            cache[row[(n - 1) // bs]].narrow(token_axis, n % bs, bs - n % bs).fill_(
+                FP8_NAN_BYTE if fp8 else tail)

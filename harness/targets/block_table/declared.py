@@ -31,7 +31,7 @@ from typing import Callable, Mapping
 import torch
 
 from harness.targets.base import Skip, Target
-from harness.targets.block_table.batch import block_pool, build
+from harness.targets.block_table.batch import block_pool, build, poison_tails
 from harness.targets.block_table.mismatch import damaged_handle, handle_damage, perturb
 from harness.targets.block_table.restage import Metadata, first_batch
 from harness.targets.case_calls import CaseCalls
@@ -130,6 +130,8 @@ class DeclaredCall(CaseCalls):
         writer = "slot_mapping" in roles
         pools = [block_pool(batch, (block_size, p.num_kv_heads, d), p.dtype, self.device)
                  for d in (p.head_dim, p.head_dim_vo)]
+        for pool in pools:                        # a block of each: [block_size, Hkv, D]
+            poison_tails(batch, pool, p.cache_tail, 0)
         if not writer:
             self._write_cache(batch, pools)
         given = self.values(batch)
