@@ -1,6 +1,6 @@
 """Reports over results tables: HTML, Markdown, and base-vs-head / arch-vs-arch compares.
 
-Everything here reads the results table's columns (harness/results/table.py) and
+Everything here reads the results table's columns (harness/results/columns.py) and
 nothing else: a report can be rebuilt from the JSON lines alone.
 """
 from __future__ import annotations
@@ -16,14 +16,15 @@ from harness.model.classify import OUTCOMES  # noqa: F401  (one outcome list, re
 from harness.results.failure_classes import OUTCOME_ORDER
 from harness.results.repro_command import guard_names, options_of, repro_args, typed
 from harness.results.summary import diffs_text, output_numbers  # noqa: F401  (re-exported)
-from harness.results.table import COLUMNS, load_table
+from harness.results.table import COLUMNS, EXTRA_COLUMNS, load_table
 
 # Worst first: the order a failing cell or table sorts by.
 SEVERITY = {name: rank for rank, name in enumerate(OUTCOME_ORDER)}
 
-# Columns a report reads that the table does not always carry: the ledger's reason,
-# a shrunk case's file, and columns older tables lack.
-OPTIONAL = ("ledger", "case_json", "profile", "flaky")
+# Columns a report reads that a run does not write (the ledger's reason, a shrunk case's
+# file, a rerun's flakiness: harness/results/columns.py); prepare() adds them, and the
+# columns older tables lack, as empty.
+OPTIONAL = EXTRA_COLUMNS
 
 
 def load_results(paths: Iterable[str]) -> pd.DataFrame:

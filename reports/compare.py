@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.results.summary import diffs_text
-from harness.results.table import PER_OUTPUT_COLUMNS
+from harness.results.table import OPTION_COLUMNS, PER_OUTPUT_COLUMNS
 
 from . import prepare
 
@@ -12,7 +12,7 @@ CHANGES = ("regression", "fix", "new", "removed", "changed", "unchanged")
 # The per-output columns (o's and lse's own max |diff|, tolerance, ratio) go along, so a
 # change shows each output against its own tolerance.
 _CARRIED = ("route", "family", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
-            "message", "target", "disable_guards", "case_json", "ledger", *PER_OUTPUT_COLUMNS)
+            "message", "target", *OPTION_COLUMNS, "case_json", "ledger", *PER_OUTPUT_COLUMNS)
 
 
 def side(change, which: str) -> dict:

@@ -8,6 +8,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from harness.results.columns import ROW
 from harness.results.failure_classes import failure_classes, label_of
 from harness.results.ledger import known_mask
 
@@ -52,9 +53,15 @@ def matrix(df: pd.DataFrame) -> dict:
     return {"routes": routes, "families": families, "cells": cells}
 
 
+def run_headings(columns=ROW) -> list[dict]:
+    """The runs table's columns: the row's run columns (harness/results/columns.py), in the
+    table's order; ids, commits and hashes shown as code."""
+    return [{"name": c.name, "label": c.label or c.name, "code": c.kind == "id"}
+            for c in columns if c.run]
+
+
 def _runs(df: pd.DataFrame) -> list[dict]:
-    cols = ["run_id", "arch", "platform", "target", "target_version", "library_commit",
-            "build_hash"]
+    cols = [h["name"] for h in run_headings()]
     runs = df[cols].astype(str).replace({"None": "", "nan": ""}).drop_duplicates()
     return runs.to_dict("records")
 
@@ -114,7 +121,7 @@ def context(df: pd.DataFrame, base_df: pd.DataFrame | None = None, title: str = 
         "total": len(df), "n_pass": int(df["pass"].sum()) - len(known),
         "n_fail": int((~df["pass"]).sum()), "n_known": len(known),
         "counts": {o: int(counts.get(o, 0)) for o in OUTCOMES},
-        "runs": _runs(df), "matrix": matrix(df),
+        "runs": _runs(df), "run_headings": run_headings(), "matrix": matrix(df),
         "class_groups": by_severity, "n_classes": len(classes),
         "multi_arch": len(pairs(df)) > 1, "unstable": unstable, "known": known_views,
         "cross": cross, "charts": family_charts(df, COLORS), "changes": changes,

@@ -26,16 +26,13 @@ from harness.model.builders import Buffers
 from harness.model.case import Case
 from harness.model.classify import (Verdict, classify, crash_verdict, error_text,
                               harness_error_verdict)
-from harness.model.compare import PER_OUTPUT, judge, summarize  # noqa: F401 (judge: tests)
+from harness.model.compare import judge, summarize  # noqa: F401 (judge: tests)
 from harness.model.params import ReadParams
 from harness.model.signals import raises_device_fault
 from harness.model.problem import build_problem
 from harness.model.reference import NoReference, attention_baseline, attention_reference
+from harness.results.columns import PER_OUTPUT_COLUMNS, from_result
 from harness.targets.base import Skip, Target
-
-
-PER_OUTPUT_COLUMNS = tuple(f"{name}_{what}" for name in PER_OUTPUT
-                           for what in ("max_abs_diff", "tolerance", "error_ratio"))
 
 
 class CaseBug(RuntimeError):
@@ -75,6 +72,21 @@ class CaseResult:
         if self.first_bad_index is not None:
             row["first_bad_index"] = list(self.first_bad_index)
         return row
+
+
+def _same_fields_as_the_row() -> None:
+    """CaseResult's fields are the row's result columns (harness/results/columns.py names
+    the field each is copied from), besides `outputs`: a field no column takes, or a column
+    no field fills, fails at import, not as a row short of a number."""
+    fields = set(CaseResult.__dataclass_fields__) - {"outputs"}
+    named = {c.result for c in from_result()}
+    if fields != named:
+        raise TypeError(f"CaseResult and the row's columns disagree: fields without a "
+                        f"column {sorted(fields - named)}, columns without a field "
+                        f"{sorted(named - fields)} (harness/results/columns.py)")
+
+
+_same_fields_as_the_row()
 
 
 def is_device_fault(error: BaseException) -> bool:

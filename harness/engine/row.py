@@ -6,7 +6,7 @@ harness/engine/isolation.py's diagnosis), or a harness error (the case raised in
 harness or an adapter before it had a result). Whatever the source, `finish`
 stamps the run, judges every attempt (harness/engine/attempts.py) and sets the
 severity, so a row's verdict is decided in one place. The columns are
-harness/results/table.py's COLUMNS; the outcomes harness/model/classify.py's OUTCOMES.
+harness/results/columns.py's ROW; the outcomes harness/model/classify.py's OUTCOMES.
 """
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from datetime import datetime, timezone
 
 from harness.engine.attempts import combine_rows
 from harness.model.classify import Verdict, severity
+from harness.results.columns import from_result
 
-# o's and lse's own max |diff|, tolerance and ratio (harness/results/table.py COLUMNS).
-PER_OUTPUT_COLUMNS = tuple(f"{name}_{what}" for name in ("o", "lse")
-                           for what in ("max_abs_diff", "tolerance", "error_ratio"))
+# The columns a CaseResult fills (harness/results/columns.py: each names its field).
+FROM_RESULT = from_result()
+
 
 def _now() -> str:
     # Milliseconds: a run's timeline (benchmarks/timeline.py) tells start-up from throughput.
@@ -33,6 +34,16 @@ def _jsonable(v):
     return str(v)
 
 
+def _cell(col, value):
+    """A CaseResult field as its column holds it: a flag as a bool, an index as JSON, an
+    unset text as its column's empty value."""
+    if col.kind == "bool":
+        return bool(value)
+    if col.kind == "index":
+        return _jsonable(value)
+    return col.empty if value is None and col.empty is not None else value
+
+
 def case_row(case, result=None, **extra) -> dict:
     """A row's case-derived fields, plus a CaseResult's fields when given."""
     row = {
@@ -41,14 +52,8 @@ def case_row(case, result=None, **extra) -> dict:
         "timestamp": _now(),
     }
     if result is not None:
-        row.update(outcome=result.outcome, **{"pass": bool(result.passed)},
-                   max_abs_diff=result.max_abs_diff, n_wrong=result.n_wrong,
-                   n_total=result.n_total, first_bad_index=_jsonable(result.first_bad_index),
-                   message=result.message or "", error_type=result.error_type or "",
-                   stage=result.stage or "", duration_s=result.duration_s,
-                   tolerance=result.tolerance, baseline_error=result.baseline_error,
-                   rel_error=result.rel_error, error_ratio=result.error_ratio,
-                   **{col: getattr(result, col, None) for col in PER_OUTPUT_COLUMNS})
+        row.update({col.name: _cell(col, getattr(result, col.result))
+                    for col in FROM_RESULT})
     row.update(extra)
     if "outcome" in row:
         row["severity"] = severity(row["outcome"], bool(row.get("pass")))

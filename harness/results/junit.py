@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from harness.model.target_options import as_args
+from harness.results.columns import run_columns
 from harness.results.repro_command import options_of
 from harness.results.summary import output_numbers, output_text
-from harness.results.table import OPTION_COLUMNS
 
 # Characters XML 1.0 cannot carry at all (a library's message may hold any byte), and the
 # bidi controls that would show a reader of the CI page text in another order than it is.
@@ -100,15 +100,15 @@ def junit_tree(rows: Iterable[Mapping], *, suite: str = "attention-harness",
                gating_ids: set | None = None,
                repro: Callable[[Mapping], str] | None = None) -> ET.ElementTree:
     """The XML tree of `rows`. gating_ids: the failing rows that fail the run (None: every
-    failing row does)."""
+    failing row does). The suite's properties are the first row's run columns
+    (harness/results/columns.py), in the run's order."""
     rows = list(rows)
     repro = repro or default_repro
     root = ET.Element("testsuites", name=_clean(suite))
     ts = ET.SubElement(root, "testsuite", name=_clean(suite))
     props = ET.SubElement(ts, "properties")
     first = rows[0] if rows else {}
-    for key in ("target", "target_version", "arch", "platform", "library_commit", "build_hash",
-                "run_id", *OPTION_COLUMNS):
+    for key in (c.name for c in run_columns()):
         if first.get(key):
             ET.SubElement(props, "property", name=key, value=_clean(first.get(key)))
     failures = skipped = 0

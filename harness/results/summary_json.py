@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from harness.model.classify import OUTCOMES, SEVERITIES
-from harness.results.table import OPTION_COLUMNS
+from harness.results.columns import ROW, run_columns
 
 # 2: a failure class is one cause (harness/results/failure_classes.py): `variant` is the
 # variants' shape (`<tensor>_stride<n>`), and a class lists its variants, tensors, stage,
@@ -41,45 +41,60 @@ _CLASS = {
         "repro": {"type": "string"},
     },
 }
-SCHEMA = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "attention-harness run summary",
-    "type": "object",
-    "required": ["schema_version", "verdict", "verdict_line", "exit_code", "rows", "failing",
-                 "gating", "counts", "failure_classes", "table", "target", "arch", "commit",
-                 "versions"],
-    "properties": {
-        "schema_version": {"enum": [SCHEMA_VERSION]},
-        "verdict": {"enum": ["pass", "fail"]},
-        "verdict_line": {"type": "string"},
-        "exit_code": {"type": ["integer", "null"]},
-        "rows": {"type": "integer", "minimum": 0},
-        "failing": {"type": "integer", "minimum": 0},
-        "gating": {"type": "integer", "minimum": 0},
-        # rows the known-failures ledger excused: not failing, not passes either
-        "known": {"type": "integer", "minimum": 0},
-        "counts": {
-            "type": "object", "required": ["by_outcome", "by_severity"],
-            "properties": {
-                "by_outcome": {"type": "object", "required": list(OUTCOMES),
-                               "additionalProperties": {"type": "integer", "minimum": 0}},
-                "by_severity": {"type": "object", "required": list(SEVERITIES),
-                                "additionalProperties": {"type": "integer", "minimum": 0}},
+
+
+def _run_fields(columns=ROW) -> dict:
+    """The run's description, from the row's run columns that name a summary key
+    (harness/results/columns.py), in the run's order: {key: column}. The run ids and the
+    target's version have their own fields (run_ids, versions.target)."""
+    return {c.summary: c for c in run_columns(columns) if c.summary}
+
+
+def _nullable(column) -> bool:
+    return column.kind == "option"   # a target option the run did not set is null
+
+
+def summary_schema(columns=ROW) -> dict:
+    """The summary's JSON Schema; its run fields come from the row's columns."""
+    run = _run_fields(columns)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "attention-harness run summary",
+        "type": "object",
+        "required": ["schema_version", "verdict", "verdict_line", "exit_code", "rows", "failing",
+                     "gating", "counts", "failure_classes", "table",
+                     *(key for key, c in run.items() if c.required), "versions"],
+        "properties": {
+            "schema_version": {"enum": [SCHEMA_VERSION]},
+            "verdict": {"enum": ["pass", "fail"]},
+            "verdict_line": {"type": "string"},
+            "exit_code": {"type": ["integer", "null"]},
+            "rows": {"type": "integer", "minimum": 0},
+            "failing": {"type": "integer", "minimum": 0},
+            "gating": {"type": "integer", "minimum": 0},
+            # rows the known-failures ledger excused: not failing, not passes either
+            "known": {"type": "integer", "minimum": 0},
+            "counts": {
+                "type": "object", "required": ["by_outcome", "by_severity"],
+                "properties": {
+                    "by_outcome": {"type": "object", "required": list(OUTCOMES),
+                                   "additionalProperties": {"type": "integer", "minimum": 0}},
+                    "by_severity": {"type": "object", "required": list(SEVERITIES),
+                                    "additionalProperties": {"type": "integer", "minimum": 0}},
+                },
             },
+            "failure_classes": {"type": "array", "items": _CLASS},
+            "table": {"type": ["string", "null"]},
+            **{key: {"type": ["string", "null"] if _nullable(c) else "string"}
+               for key, c in run.items()},
+            "run_ids": {"type": "array", "items": {"type": "string"}},
+            "versions": {"type": "object", "required": ["target"],
+                         "additionalProperties": {"type": "string"}},
         },
-        "failure_classes": {"type": "array", "items": _CLASS},
-        "table": {"type": ["string", "null"]},
-        "target": {"type": "string"},
-        "arch": {"type": "string"},
-        "platform": {"type": "string"},
-        "commit": {"type": "string"},
-        "build_hash": {"type": "string"},
-        **{c: {"type": ["string", "null"]} for c in OPTION_COLUMNS},   # the target's options
-        "run_ids": {"type": "array", "items": {"type": "string"}},
-        "versions": {"type": "object", "required": ["target"],
-                     "additionalProperties": {"type": "string"}},
-    },
-}
+    }
+
+
+SCHEMA = summary_schema()
 
 
 # ---- the document ------------------------------------------------------------------------
@@ -153,10 +168,8 @@ def summary(df, *, table: str | None = None, gating_ids: set | None = None,
         "counts": {"by_outcome": by_outcome, "by_severity": by_severity},
         "failure_classes": classes,
         "table": str(table) if table is not None else None,
-        "target": _first(df, "target"), "arch": _first(df, "arch"),
-        "platform": _first(df, "platform"), "commit": _first(df, "library_commit"),
-        "build_hash": _first(df, "build_hash"),
-        **{c: _first(df, c) or None for c in OPTION_COLUMNS},
+        **{key: _first(df, c.name) or (None if _nullable(c) else "")
+           for key, c in _run_fields().items()},
         "run_ids": sorted({_text(v) for v in df["run_id"] if _text(v)}) if "run_id" in df.columns else [],
         "versions": _versions(df),
     }

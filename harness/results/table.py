@@ -27,41 +27,14 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness.model.classify import OUTCOMES
+from harness.results.columns import (COLUMNS, EXTRA_COLUMNS, ISOLATION,  # noqa: F401
+                                     OPTION_COLUMNS, PER_OUTPUT_COLUMNS, ROW, SAFE_NAME)
+from harness.results.columns import checks, of_kind
 
-# The columns the in-tree targets' options are recorded in (each descriptor's OPTIONS,
-# harness/targets/descriptors/: results cannot import targets, so this is the one place
-# their names pass through; tests/test_target_options.py checks the two agree). A reader
-# asks repro_command.options_of for the options a row ran with.
-OPTION_COLUMNS = ("disable_guards",)
-PER_OUTPUT_COLUMNS = ("o_max_abs_diff", "o_tolerance", "o_error_ratio",
-                      "lse_max_abs_diff", "lse_tolerance", "lse_error_ratio")
-COLUMNS = (
-    "run_id", "timestamp", "arch", "platform", "target", "target_version",
-    "library_commit", "build_hash", "route", "family", "case_id", "params",
-    "expect", "outcome", "pass", "max_abs_diff", "n_wrong", "n_total",
-    "first_bad_index", "message", "error_type", "stage", "duration_s",
-    "severity", "tolerance", "baseline_error", "rel_error", "error_ratio",
-    "attempts", "repeat", "profile", "reruns", "isolation", "worker", *OPTION_COLUMNS,
-    # compute-sanitizer's first report from `check --sanitizer` (harness/tools/sanitizer.py), or null
-    "sanitizer",
-    # o's and lse's own max |diff|, tolerance and max |diff| / tolerance (null when that output
-    # was not compared; tables written before them lack them). max_abs_diff is the max of both.
-    *PER_OUTPUT_COLUMNS,
-    # the harness's own commit (the table's name carries the library's: engine/identity.py)
-    "harness_commit",
-    # "I/N" for a row of shard I of a run split N ways (`check --shard`), else empty
-    "shard",
-)
-ISOLATION = ("", "culprit", "victim", "alone")
-# Columns a table may carry besides COLUMNS: a shrunk case's file, a rerun's flakiness and
-# a ledger's reason (reports read them; older tools wrote them).
-EXTRA_COLUMNS = ("case_json", "flaky", "ledger")
+# The columns, their order and their types are harness/results/columns.py's ROW: a table
+# holds COLUMNS (what every run writes) and may hold EXTRA_COLUMNS (read, never written).
 
 RESULTS_DIR = Path("results")
-
-# Names that reach file names, ids and attributes: arch and target.
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,80}$")
 
 
 class TableError(ValueError):
@@ -272,6 +245,10 @@ def holder_of(path: str | os.PathLike) -> str | None:
 
 # ------------------------------------------------------------------ rows
 
+# What a null is written as, where a column says (reruns 0, a message "", ...).
+_EMPTY = {c.name: c.empty for c in ROW if c.written and c.empty is not None}
+
+
 def normalize_row(row: Mapping[str, Any]) -> dict[str, Any]:
     """Every column present, in schema order; params stored as a JSON string."""
     unknown = set(row) - set(COLUMNS)
@@ -281,14 +258,11 @@ def normalize_row(row: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(out["params"], str):
         out["params"] = json.dumps(out["params"] if out["params"] is not None else {},
                                    sort_keys=True)
-    if out["isolation"] is None:
-        out["isolation"] = ""
+    for col, empty in _EMPTY.items():
+        if out[col] is None:
+            out[col] = empty
     if out["isolation"] not in ISOLATION:
         raise ValueError(f"row isolation must be one of {ISOLATION}, got {out['isolation']!r}")
-    for col, default in (("reruns", 0), ("message", ""), ("stage", ""), ("severity", ""),
-                         ("error_type", ""), ("worker", ""), *((c, "") for c in OPTION_COLUMNS)):
-        if out[col] is None:
-            out[col] = default
     return out
 
 
@@ -344,85 +318,10 @@ def sync(path: str | os.PathLike) -> None:
 
 # ------------------------------------------------------------------ the typed loader
 
-def _is_num(v) -> bool:
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
-
-def _is_int(v) -> bool:
-    # NaN is how pandas writes a missing count.
-    return v is None or (isinstance(v, int) and not isinstance(v, bool)) or (
-        isinstance(v, float) and (v.is_integer() or math.isnan(v)))
-
-
-def _is_str(v) -> bool:
-    return v is None or isinstance(v, str)
-
-
-def _is_safe(v) -> bool:
-    return v is None or v == "" or (isinstance(v, str) and bool(SAFE_NAME.match(v)))
-
-
-def _is_json_value(v, depth: int = 0) -> bool:
-    if depth > 8:
-        return False
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return True
-    if isinstance(v, list):
-        return all(_is_json_value(x, depth + 1) for x in v)
-    if isinstance(v, dict):
-        return all(isinstance(k, str) and _is_json_value(x, depth + 1) for k, x in v.items())
-    return False
-
-
-def _is_index(v) -> bool:
-    return v is None or isinstance(v, (int, str)) and not isinstance(v, bool) or (
-        isinstance(v, list) and all(isinstance(x, (int, str)) and not isinstance(x, bool)
-                                    for x in v))
-
-
-def _is_attempts(v) -> bool:
-    return v is None or isinstance(v, str) or (
-        isinstance(v, list) and all(isinstance(a, dict) and _is_json_value(a) for a in v))
-
-
-def _is_option(v) -> bool:   # a comma list, or a list of its values (older tables)
-    return v is None or isinstance(v, str) or (
-        isinstance(v, list) and all(isinstance(x, str) for x in v))
-
-
-def _is_params(v) -> bool:
-    return v is None or isinstance(v, str) or (isinstance(v, dict) and _is_json_value(v))
-
-
-def _is_sanitizer(v) -> bool:
-    return v is None or isinstance(v, str) or (isinstance(v, dict) and _is_json_value(v))
-
-
-_FLOATS = ("max_abs_diff", "duration_s", "tolerance", "baseline_error", "rel_error",
-           "error_ratio", *PER_OUTPUT_COLUMNS)
-# column -> (check, what it must be)
-SCHEMA: dict[str, tuple] = {
-    **{c: (_is_str, "a string or null") for c in (
-        "run_id", "timestamp", "platform", "target_version", "library_commit", "build_hash",
-        "harness_commit", "shard",
-        "route", "family", "expect", "message", "error_type", "stage", "severity", "worker",
-        "profile", "case_json", "ledger")},
-    "arch": (_is_safe, f"a name matching {SAFE_NAME.pattern}, or null"),
-    "target": (_is_safe, f"a name matching {SAFE_NAME.pattern}, or null"),
-    "case_id": (lambda v: isinstance(v, str) and 0 < len(v) <= 1000, "a non-empty string"),
-    "outcome": (lambda v: v in OUTCOMES, f"one of {', '.join(OUTCOMES)}"),
-    "pass": (lambda v: isinstance(v, bool), "a JSON boolean (true or false)"),
-    "isolation": (lambda v: v is None or v in ISOLATION, f"one of {ISOLATION}, or null"),
-    **{c: (_is_num, "a number or null") for c in _FLOATS},
-    **{c: (_is_int, "a whole number or null") for c in ("n_wrong", "n_total", "repeat",
-                                                        "reruns")},
-    "first_bad_index": (_is_index, "a list of indices, an index or null"),
-    "params": (_is_params, "a JSON object, its JSON text, or null"),
-    "attempts": (_is_attempts, "a list of attempt objects, its JSON text, or null"),
-    **{c: (_is_option, "a string, a list of strings, or null") for c in OPTION_COLUMNS},
-    "sanitizer": (_is_sanitizer, "an object, its JSON text, or null"),
-    "flaky": (lambda v: v is None or isinstance(v, (bool, str)), "a boolean, a string or null"),
-}
+# Numbers keep NaN (a max |diff| may be NaN); in any other column NaN is a missing cell.
+_FLOATS = of_kind("num")
+# column -> (check, what it must be), for every column a table may hold
+SCHEMA: dict[str, tuple] = checks(ROW)
 
 
 def _no_constant(name: str):
