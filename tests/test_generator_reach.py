@@ -13,7 +13,6 @@ and the library fixes they needed.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import defaultdict
@@ -220,36 +219,20 @@ def test_scale_reach():
 
 # ---------------------------------------------------------------- the families pass
 #
-# Through `harness check` (cli.main, here) and the child pytest it starts, where the cases
-# run: the command the acceptance runs, with one OpenMP thread (in this process the host
-# kernels' OpenMP pool and torch's would fight over the cores with the other xdist worker).
-# The parent runs in this process: a fresh interpreter for it would only add its start-up.
-
-def _check(families, tmp_path, monkeypatch, capfd, **env) -> tuple[int, list[dict], str]:
-    """(exit status, result rows, output tail) of `harness check` on the families; the
-    child gets this environment less any guard or fault setting, plus `env`."""
-    from harness import cli
-    rows_path = tmp_path / "rows.jsonl"
-    for k in ("KERNELS_DISABLE_GUARDS", KERNEL_FAULT_ENV, "KERNELS_TESTONLY"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in dict(OMP_NUM_THREADS="1", **env).items():
-        monkeypatch.setenv(k, v)
-    capfd.readouterr()
-    rc = cli.main(["check", "--family", ",".join(families), "--results", str(rows_path),
-                   "-n", "0", "--reruns", "0"])
-    out, err = capfd.readouterr()
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
-    for row in rows:
-        if isinstance(row["params"], str):
-            row["params"] = json.loads(row["params"])
-    return rc, rows, (out + err)[-3000:]
-
+# Judged in this process as a worker judges them (execute_case), with the xdist worker's one
+# OpenMP thread (conftest.py): the cases are the subject, not the process that runs them.
+# `harness check` on the bundled families, its pytest child and rows, is exercised by
+# test_features_detection's check-child test and the system tier.
 
 @host_only
-def test_new_families_pass_with_guards_on(tmp_path, monkeypatch, capfd):
-    rc, rows, tail = _check(NEW, tmp_path, monkeypatch, capfd)
-    assert rc == 0, tail
-    assert len(rows) == len(generate(NEW)) and all(r["outcome"] == "match" for r in rows)
+def test_new_families_pass_with_guards_on(target, monkeypatch):
+    for k in ("KERNELS_DISABLE_GUARDS", KERNEL_FAULT_ENV, "KERNELS_TESTONLY"):
+        monkeypatch.delenv(k, raising=False)
+    cases = generate(NEW)
+    assert cases
+    results = [(c, execute_case(c, target, "cpu")) for c in cases]
+    not_matched = [(c.id, r.outcome, r.message[:80]) for c, r in results if r.outcome != "match"]
+    assert not not_matched, not_matched[:5]
 
 
 # ---------------------------------------------------------------- what only one axis exposes
