@@ -13,6 +13,7 @@ case, a drawn one and a shrunk one with the same params expect the same.
               each row is packed, a layout every library takes: match.
   graph_replan  partial_state without an lse: match or a refusal naming lse.
   valid, small_head  a head_dim outside valid's common ones: match or refuse.
+  short_output  a caller's out or lse one row short of the answer: refuse, naming it.
   Everything else: match.
 
 A family whose cases carry another contract (a scenario's, a malformed input's) says so
@@ -55,6 +56,9 @@ def expect(op: str, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
     rule = heads(hq, hkv)
     if rule[0] != "match":
         return rule
+    if params.get("short_output"):
+        # No buffer that cannot hold the answer has a defined result: refuse, naming it.
+        return "refuse", (params["short_output"],)
     if params.get("strided") in FAR_ROWS:
         return "match", ()
     if params.get("strided"):

@@ -132,6 +132,10 @@ class Capabilities:
         outputs = OUTPUT_TENSORS | (MERGE_OUTPUTS if op == "merge_state" else frozenset())
         if params.get("strided") in outputs and "out" not in self.call_forms:
             return "call form out (a caller-given output buffer)"
+        if params.get("short_output") and "out" not in self.call_forms:
+            return "call form out (the case hands a caller-given output buffer too short)"
+        if params.get("short_output") == "lse" and "lse" not in self.call_forms:
+            return "call form lse (the case hands an LSE buffer too short)"
         for need in requires:
             if need.startswith("metadata."):
                 if need[len("metadata."):] not in self.metadata:

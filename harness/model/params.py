@@ -35,6 +35,8 @@ SCHEMA: dict[str, Param] = {
     "window_left": Param(_INT, "sliding window: keys at most this far left of the diagonal [-1: none]", True),
     "sm_scale": Param(_NUM + (type(None),), "softmax scale [1/sqrt(head_dim)]", True),
     "return_lse": Param(_BOOL, "the case asks for the LSE too", True),
+    "short_output": Param(_STR, "out | lse: that caller-given output one row (its first "
+                        "dimension) short of the answer; it must be refused"),
     "cache_tail": Param(_STR, "nan | inf: the cache slots past each request's length in its "
                       "last page (written by no token) hold it; the answer is unchanged", True),
     "values": Param(_STR, "how q, k, v are drawn: normal | large_logits | outlier | ties | tiny | nonfinite_v | nonfinite_v_masked | nan_k | subnormal_v", True),

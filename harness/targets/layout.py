@@ -24,6 +24,7 @@ class Views:
 
     def __init__(self, params, buffers):
         self.strided = params.get("strided")
+        self.short = params.get("short_output")
         self.index_dtype = params.get("index_dtype") or {}
         self.buffers = buffers
         self.used = set()
@@ -59,6 +60,11 @@ class Views:
     def output(self, name: str, shape, dtype, canary_elems: int = CANARY_ELEMS) -> torch.Tensor:
         """A canary-banded, NaN-poisoned output; strided when the case names it."""
         shape = tuple(int(n) for n in shape)
+        if self.short == name:
+            # One row (first dimension) short: between canaries, so a write of the whole
+            # answer lands in the band and shows as corrupt.
+            self.used.add("short_output:" + name)
+            shape = (max(shape[0] - 1, 0), *shape[1:])
         if self.strided == name:
             self.used.add(name)
             # Its gaps are watched: a library that writes it as packed is `corrupt`.
@@ -71,6 +77,8 @@ class Views:
         if self.strided:
             wanted.add(self.strided)
         wanted |= {"index_dtype:" + n for n in self.index_dtype}
+        if self.short:
+            wanted.add("short_output:" + self.short)
         missing = wanted - self.used
         if missing:
             raise Skip(f"this route passes no tensor named {sorted(missing)}")
