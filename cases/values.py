@@ -199,7 +199,8 @@ def _edges(op: str, route) -> Iterator[tuple[str, dict]]:
             yield "split", _edge("nonfinite_v_masked", "bf16", 64, **shape, **paged,
                                  max_kv_chunk=8)
         if op in ("paged_prefill", "mixed_batch"):
-            yield from _cache_tails(shape, paged)
+            # (an fp8 cache where the op takes one: not a mixed batch)
+            yield from _cache_tails(shape, paged, fp8=op == "paged_prefill")
         if op == "paged_prefill":
             for fmt in ("fp8_e4m3", "fp8_e5m2"):
                 yield fmt, _edge("nonfinite_v", "bf16", 64, **shape, **paged, kv_dtype=fmt)
@@ -225,7 +226,7 @@ def _edges(op: str, route) -> Iterator[tuple[str, dict]]:
             yield dtype, _edge("nonfinite_v", dtype, d, **shape)
         yield "fp16", _edge("nan_k", "fp16", 128, **shape)
         if op == "batch_decode":
-            yield from _cache_tails(shape, {})
+            yield from _cache_tails(shape, {}, fp8=True)
             yield "fp8_e4m3", _edge("nan_k", "bf16", 64, **shape, kv_dtype="fp8_e4m3")
             yield "fp8_e4m3", _edge("nonfinite_v", "fp16", 128, **shape, kv_dtype="fp8_e4m3")
             if route.graph_split_decode:
@@ -233,15 +234,16 @@ def _edges(op: str, route) -> Iterator[tuple[str, dict]]:
                                      use_cuda_graph=True)
 
 
-def _cache_tails(shape: dict, paged: dict) -> Iterator[tuple[str, dict]]:
+def _cache_tails(shape: dict, paged: dict, fp8: bool) -> Iterator[tuple[str, dict]]:
     """Finite values, and NaN or inf in the slots past each request's length in its last
     page (cache_tail): no token is there, so the answer is the plain one; a kernel that
     weights those slots by 0 instead of leaving them out of the sum gives NaN. Every
     request's length here leaves its last page part-filled at page 16."""
     for tail, dtype in (("nan", "bf16"), ("inf", "fp16")):
         yield dtype, _edge("normal", dtype, 64, **shape, **paged, cache_tail=tail)
-    yield "fp8_e4m3", _edge("normal", "bf16", 64, **shape, **paged, cache_tail="nan",
-                            kv_dtype="fp8_e4m3")
+    if fp8:
+        yield "fp8_e4m3", _edge("normal", "bf16", 64, **shape, **paged, cache_tail="nan",
+                                kv_dtype="fp8_e4m3")
 
 
 def _variant(params: dict) -> str:

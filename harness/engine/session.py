@@ -51,9 +51,10 @@ def declared_options() -> tuple:
 
 
 def default_profile() -> str:
-    """"full" with a GPU (thousands of cases in minutes), "ci" without."""
-    import torch
-    return "full" if torch.cuda.is_available() else "ci"
+    """"full" with a GPU (thousands of cases in minutes), "ci" without (asked without
+    importing torch: platform_info.gpu_visible)."""
+    from harness.model.platform_info import gpu_visible
+    return "full" if gpu_visible() else "ci"
 
 
 def select_cases(target_name: str, families=None, routes=None, case_id=None,

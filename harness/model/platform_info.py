@@ -17,6 +17,43 @@ def device() -> "torch.device":
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def gpu_visible(torch_dir: Path | None = None, dev: Path = Path("/dev"),
+                env=None) -> bool:
+    """Whether torch would see a GPU, answered without importing it (2 CPU-s that a parent
+    which only selects cases never needs): torch is a CUDA or HIP build (its version.py
+    says so), a device node of that kind exists, and no visibility variable hides every
+    device. `check` and `list` both choose their default profile by it, so they agree."""
+    import importlib.util
+    import os
+    import re
+    env = os.environ if env is None else env
+    if torch_dir is None:
+        try:
+            spec = importlib.util.find_spec("torch")
+        except (ImportError, ValueError):
+            return False
+        if spec is None or not spec.submodule_search_locations:
+            return False
+        torch_dir = Path(list(spec.submodule_search_locations)[0])
+    try:
+        text = (torch_dir / "version.py").read_text()
+    except OSError:
+        return False
+
+    def built(name: str) -> bool:
+        m = re.search(rf"^{name}\s*(?::[^=\n]*)?=\s*(.+)$", text, re.M)
+        return bool(m) and m.group(1).strip() not in ("None", "''", '""')
+
+    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        if env.get(var) is not None and env[var].strip() in ("", "-1"):
+            return False
+    if built("hip"):
+        return (dev / "kfd").exists()
+    if built("cuda"):
+        return any(dev.glob("nvidia[0-9]*"))
+    return False
+
+
 def arch() -> str:
     """'gfx942' on ROCm, 'sm_90' on CUDA, 'cpu-x86_64' without a GPU."""
     import torch
