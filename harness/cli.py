@@ -35,7 +35,7 @@ import os
 import sys
 
 from harness.tools.options import (EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, DEFAULT_TARGET,
-                                   EXIT_EMPTY, absolute_path, add_selection,
+                                   EXIT_EMPTY, absolute_path, add_run_options, add_selection,
                                    add_target_options, count,
                                    positive_seconds, select, selection_errors, workers)
 
@@ -111,35 +111,25 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run the case matrix under pytest-xdist and summarize")
     add_selection(p)
     add_target_options(p)
-    p.add_argument("--resume", action="store_true", help="continue a run; skip cases with rows")
+    add_run_options(p)   # the options its pytest child takes too (engine/check_options.py)
     p.add_argument("-n", default="auto", type=workers,
                    help="xdist workers: auto, logical or a number [auto]; 0 runs in the one "
                         "pytest process")
     p.add_argument("--reruns", type=count(0), default=0,
                    help="reruns of a failing case [0]; every attempt is kept and a failing "
                         "attempt fails the row")
-    p.add_argument("--repeat", type=count(1), default=None,
-                   help="run each case N times per worker, answers compared bitwise "
-                        "[1 on the host, 2 with a GPU]")
     p.add_argument("--strict", action="store_true",
                    help="capability and clarity findings fail the run for every target")
-    p.add_argument("--results", default=None,
-                   help="table path [results/<target>-<arch>-<commit>.jsonl under --results-dir]")
     p.add_argument("--results-dir", default=None, type=absolute_path,
                    help="folder for tables [./results]")
     p.add_argument("--html", default=None, help="render this run's HTML report here")
     p.add_argument("--markdown", default=None, help="render this run's Markdown summary here")
-    p.add_argument("--case-timeout", type=positive_seconds, default=None, help="seconds before a hang")
-    p.add_argument("--run-id", default=None)
     p.add_argument("--ledger", default=None, help="known-failures ledger [cases/known_failures.json]")
     p.add_argument("--sanitizer", default=None, choices=SANITIZER_TOOLS,
                    help="after the run, replay each failing row under NVIDIA compute-sanitizer "
                         "with this tool and keep its first report in the row (GPU only)")
     p.add_argument("--sanitizer-all", action="store_true",
                    help="with --sanitizer: replay every row, not only the failing ones")
-    p.add_argument("--max-case-bytes", type=count(1), default=None,
-                   help="a case estimated past this many bytes is a skipped row "
-                        "[half of MemAvailable]")
     p.add_argument("--junitxml", default=None, metavar="FILE",
                    help="also write the rows as JUnit XML here (docs/ci.md)")
     p.add_argument("--summary-json", default=None, metavar="FILE",

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.engine import pytest_root
+from harness.engine import check_options, pytest_root
 from harness.results.summary import gating, summary_text
 from harness.tools.options import (EXIT_EMPTY, EXIT_FAIL, EXIT_NOT_TESTED, EXIT_PASS,
                                    EXIT_USAGE, ROOT, child_env, options_said, target_options)
@@ -26,21 +26,18 @@ def pytest_command(args, results: Path | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", str(pytest_root.PATH), "-p", "no:cacheprovider",
            "-p", "no:hypothesispytest", "-p", "no:logging", "-p", "no:unraisableexception",
            "-p", "no:threadexception",
-           "-q", "--no-header", "-rN", f"--target={args.target}"]
+           "-q", "--no-header", "-rN"]
     if results is not None:
         cmd.append(f"--results={results}")
     if args.n not in (None, "0"):
         cmd += ["-n", str(args.n)]
     if args.reruns:
         cmd += ["--reruns", str(args.reruns)]
-    for opt in ("family", "route", "case_id", "cases_file", "case_timeout",
-                "run_id", "repeat", "profile", "max_case_bytes", *target_options(args)):
-        value = getattr(args, opt, None)
-        if value is not None:
-            # One token, option=value: a value that starts with "-" must not read as an option.
-            cmd.append(f"--{opt.replace('_', '-')}={value}")
-    if args.resume:
-        cmd.append("--resume")
+    # Every option both take (harness/engine/check_options.py), then the target's own.
+    cmd += check_options.child_args(args)
+    for opt, value in target_options(args).items():
+        # One token, option=value: a value that starts with "-" must not read as an option.
+        cmd.append(f"--{opt.replace('_', '-')}={value}")
     return cmd + list(args.pytest_args or [])
 
 

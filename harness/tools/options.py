@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from harness.engine import check_options
+from harness.engine.check_options import (absolute_path, count,  # noqa: F401 (the CLI's types)
+                                          positive_seconds, shard_spec)
 from harness.engine.child import child_env  # noqa: F401  (one environment for every child)
 
 from harness.model.routes import DEFAULT_TARGET  # noqa: E402,F401
@@ -29,26 +31,16 @@ def selection_errors() -> tuple:
     return (RuntimeError, ImportError, *input_errors())
 
 
-def absolute_path(text: str) -> str:
-    """argparse type for paths a child process reads from another folder."""
-    return os.path.abspath(os.path.expanduser(text))
-
-
 def add_selection(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default=DEFAULT_TARGET,
-                   help="library under test: a name, package.module:factory or path/to/file.py "
-                        "[bundled]")
-    p.add_argument("--family", default=None, help="families, comma-separated [all]")
-    p.add_argument("--route", default=None, help="routes, comma-separated [all]")
-    p.add_argument("--case-id", default=None, help="only ids containing this substring")
-    p.add_argument("--cases-file", default=None, type=absolute_path,
-                   help="a JSON list of cases instead of families")
-    p.add_argument("--shard", default=None, type=shard_spec, metavar="I/N",
-                   help="this machine's share of the selection: shard I of N, balanced by "
-                        "estimated cost, the same on every machine (docs/ci.md)")
-    p.add_argument("--profile", default=None, choices=("ci", "full"),
-                   help="how many cases: ci (minutes on 2 cores) or full (thousands, for a GPU) "
-                        "[full with a GPU, else ci]")
+    """The options that select cases (`list`, `check`): harness/engine/check_options.py."""
+    for opt in check_options.selection():
+        p.add_argument(opt.flag, **opt.cli_kwargs())
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """`check`'s options its pytest child takes too (harness/engine/check_options.py)."""
+    for opt in check_options.run_options():
+        p.add_argument(opt.flag, **opt.cli_kwargs())
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:
@@ -81,26 +73,6 @@ def check_target_options(args) -> None:
     check(target_options(args), args.target)
 
 
-def shard_spec(text: str) -> str:
-    """argparse type for --shard: I/N, kept as its label."""
-    from harness.model.shard import ShardError, parse
-    try:
-        return parse(text).label
-    except ShardError as e:
-        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type for --case-timeout: a number of seconds above zero."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0 seconds, got {text!r}")
-    return value
-
-
 def workers(text: str) -> str:
     """argparse type for -n: auto, logical, or a whole number of xdist workers (0: none)."""
     if text in ("auto", "logical"):
@@ -113,19 +85,6 @@ def workers(text: str) -> str:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more workers, got {value}")
     return str(value)
-
-
-def count(minimum: int):
-    """argparse type: an int >= minimum, or one line naming the value."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
-        return value
-    return parse
 
 
 def select(args):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness.engine import isolation
+from harness.engine.check_options import plugin_options
 from harness.engine.session import check_target_options, declared_options
 from harness.model import budget, target_options
-from harness.model.routes import DEFAULT_TARGET
 from harness.results import table
 
 # The bundled library's platforms (kernels/build.py PLATFORMS), named here so the check
@@ -23,32 +23,13 @@ KERNEL_PLATFORMS = ("host", "nvidia", "amd")
 
 
 def pytest_addoption(parser):
+    """The run's options (harness/engine/check_options.py, the table `harness check`'s are
+    made from too) and each in-tree target's own (its descriptor's OPTIONS)."""
     g = parser.getgroup("harness", "attention harness")
-    g.addoption("--target", default=DEFAULT_TARGET, help="library under test [bundled]")
-    g.addoption("--family", default=None, help="case families, comma-separated [all]")
-    g.addoption("--route", default=None, help="routes, comma-separated [all the target's]")
-    g.addoption("--case-id", default=None, help="only cases whose id contains this substring")
-    g.addoption("--cases-file", default=None,
-                help="run the cases in this JSON file (Case.to_json list) instead of families")
-    for opt in declared_options():   # each in-tree target's own (its descriptor's OPTIONS)
+    for opt in plugin_options():
+        g.addoption(opt.flag, **opt.pytest_kwargs())
+    for opt in declared_options():
         g.addoption(opt.flag, dest=opt.name, default=None, metavar=opt.metavar, help=opt.help)
-    g.addoption("--results", default=None,
-                help="results table path [results/<arch>-<commit>.jsonl]")
-    g.addoption("--resume", action="store_true",
-                help="skip cases that already have a row in --results; keep its run id")
-    g.addoption("--case-timeout", type=float, default=None,
-                help="seconds per case before it is a hang (plus a per-element allowance)")
-    g.addoption("--run-id", default=None, help="run id recorded on every row")
-    g.addoption("--no-replay", action="store_true",
-                help="skip culprit replay of crashes (rows get isolation '' unless alone)")
-    g.addoption("--profile", default=None, choices=("ci", "full"),
-                help="how many cases: ci (minutes on 2 cores) or full [full with a GPU, else ci]")
-    g.addoption("--repeat", type=int, default=None,
-                help="run each case N times in its worker and compare the answers bitwise "
-                     "[1 on the host, 2 with a GPU]")
-    g.addoption("--max-case-bytes", type=int, default=None,
-                help="a case whose inputs and reference are estimated past this many bytes is "
-                     "a skipped row [half of MemAvailable]")
 
 
 def new_run_id() -> str:
