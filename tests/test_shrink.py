@@ -112,8 +112,10 @@ def test_case_file_round_trips(tmp_path):
 @pytest.mark.parametrize("fault, expected", [
     ("wrong", ("wrong", False)), ("none", ("match", True)), ("segv", ("crash", False)),
 ])
-def test_subprocess_step_maps_child_rows(fault, expected):
-    """Each trial is the one child runner's row: a death is a crash, not the end."""
+def test_subprocess_step_maps_child_rows(fault, expected, forked_children):
+    """Each trial is the one child runner's row: a death is a crash, not the end. The trials
+    fork from a warm server (tests/warm_children.py: a child of its own, which still dies of
+    its signal)."""
     from harness.tools.shrink import subprocess_step
     sys.path.insert(0, os.path.dirname(__file__))
     from fault_target import fault_case
