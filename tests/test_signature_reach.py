@@ -150,3 +150,15 @@ def test_descriptors_declare_the_bounds():
     assert {"block_table", "query_start_loc", "last_page_len"} <= set(
         flashinfer.CAPABILITIES.metadata)
     assert BY_VARIANT["block_table_negative"].value == -1
+
+
+def test_a_scalar_is_a_relation_only_where_a_plan_and_its_run_both_read_it():
+    from harness.model.signature import Arg, Signature
+    q = Arg("query", "q", "run")
+    plans_only = Signature(args=(Arg("causal", "causal", "prefill.plan"),
+                                 Arg("causal", "causal", "decode.plan"), q), core="declared")
+    both = Signature(args=(Arg("causal", "causal", "plan"), Arg("causal", "causal", "run"),
+                           Arg("window", "window", "plan"), q), core="declared")
+    assert "causal" not in plans_only.fields()        # two plans, no run reads it
+    assert "causal" in both.fields() and "window" not in both.fields()
+    assert both.reach()["causal"] == ""

@@ -123,8 +123,9 @@ FIELD_ROLES = {
     "window": ("window",),
 }
 # Scalars a relation bends only between two calls: the metadata call told one value, the
-# run handed another. A signature carries such a field only where its role is read by at
-# least two calls (a plan-only flag has no second reader to disagree with).
+# run handed another. A signature carries such a field only where its role is read both by
+# a run (a call that reads q) and by a call before it that does not (a plan-only flag, or
+# one several ops' plans read, has no second reader to disagree with).
 TWO_CALL_FIELDS = frozenset({"causal", "window"})
 
 # What each neutral core performs (harness/targets/plan_run/mismatch.py and
@@ -213,9 +214,11 @@ class Signature:
         """{metadata field: (the argument that carries it, ...)} for every field some
         argument's role lets a relation perturb, whether or not the core performs it."""
         out = {}
+        runs = {a.call for a in self.args if a.role == "q"}
         for f, roles in FIELD_ROLES.items():
             args = tuple(a for a in self.args if a.role in roles)
-            if f in TWO_CALL_FIELDS and len({a.call for a in args}) < 2:
+            if f in TWO_CALL_FIELDS and not (any(a.call in runs for a in args)
+                                             and any(a.call not in runs for a in args)):
                 continue
             if args:
                 out[f] = args
