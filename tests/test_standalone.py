@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import signal
 from pathlib import Path
 
@@ -49,10 +50,17 @@ def _row(target: str, guards: str | None, case_id: str) -> dict:
     return out.rows[-1]
 
 
-def _case(target: str, case_id: str) -> Case:
+@functools.lru_cache(maxsize=None)
+def _all_cases(target: str) -> tuple:
+    """Every case of the target, generated once per test process (about 2 CPU-seconds for
+    the bundled one; Case is frozen, so the tests share them safely)."""
     from harness.engine.session import all_cases
     from harness.targets import load_target
-    return next(c for c in all_cases(load_target(target)) if c.id == case_id)
+    return tuple(all_cases(load_target(target)))
+
+
+def _case(target: str, case_id: str) -> Case:
+    return next(c for c in _all_cases(target) if c.id == case_id)
 
 
 def _run_isolated(path: Path, tmp_path: Path, **env):
@@ -138,12 +146,9 @@ def test_a_case_the_adapter_cannot_write_names_why():
 def test_every_bundled_case_gets_a_script():
     """Mis-planned runs, multi-call scenarios, features, merge and mixed batches included:
     the script's call() is the adapter's own code (the plan_run core, pasted)."""
-    from harness.targets import load_target
     from harness.targets.bundled import standalone_call_source, standalone_unsupported
-    target = load_target("bundled")
-    from harness.engine.session import all_cases
     by_family = {}
-    for c in all_cases(target):
+    for c in _all_cases("bundled"):
         assert standalone_unsupported(c) is None, c.id
         by_family.setdefault((c.family, c.op, bool(c.params.get("scenario"))), c)
     for c in by_family.values():
@@ -161,7 +166,10 @@ def _args(**over) -> argparse.Namespace:
     return argparse.Namespace(**{**base, **over})
 
 
-def test_repro_standalone_writes_the_script_and_keeps_the_exit_code(tmp_path, capsys):
+def test_repro_standalone_writes_the_script_and_keeps_the_exit_code(tmp_path, capsys,
+                                                                  forked_children):
+    # The row's child forks from a warm server (tests/warm_children.py); the script is
+    # made from its row as from a spawned child's.
     from harness.tools.repro import cmd_repro
     assert cmd_repro(_args()) == 2                              # no -o
     assert "needs -o" in capsys.readouterr().err
