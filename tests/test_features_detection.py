@@ -129,18 +129,27 @@ def test_the_faultless_test_only_library_passes_every_feature_case(feature_cases
 
 
 def test_a_check_child_with_the_fault_in_its_environment_fails_only_that_feature(
-        tmp_path, monkeypatch, capfd):
-    """The worker path: `harness check` children pick the fault up from the environment."""
+        tmp_path, monkeypatch, capfd, feature_cases):
+    """The worker path: `harness check` children pick the fault up from the environment.
+
+    The fault's reach on every case is the in-process test's above; here the path through
+    the environment is the subject, so the child runs every custom-mask case of one route
+    and two of each other set of features there (a cases file), not all of them."""
     import json
     from harness import cli
     from kernels.testonly import KERNEL_FAULT_ENV
+    route = [c for c in feature_cases if c.route == "fa2.paged_prefill"]
+    chosen = ([c for c in route if "custom_mask" in c.requires]
+              + _sample_per_route([c for c in route if "custom_mask" not in c.requires]))
+    cases_file = tmp_path / "cases.json"
+    cases_file.write_text(json.dumps([c.to_json() for c in chosen]))
     rows_path = tmp_path / "rows.jsonl"
     monkeypatch.delenv("KERNELS_DISABLE_GUARDS", raising=False)
     for k, v in {"KERNELS_TESTONLY": "1", KERNEL_FAULT_ENV: "custom_mask_transposed",
                  "OMP_NUM_THREADS": "1"}.items():
         monkeypatch.setenv(k, v)
     capfd.readouterr()
-    rc = cli.main(["check", "--family", "features", "--route", "fa2.paged_prefill",
+    rc = cli.main(["check", "--cases-file", str(cases_file),
                    "--results", str(rows_path), "-n", "0", "--reruns", "0"])
     tail = "".join(capfd.readouterr())[-2000:]
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
@@ -152,3 +161,5 @@ def test_a_check_child_with_the_fault_in_its_environment_fails_only_that_feature
     ).get("custom_mask")}
     assert rc == 1, tail
     assert failing == masked and masked, (sorted(failing - masked)[:3], sorted(masked - failing)[:3])
+    assert sorted(r["case_id"] for r in rows) == sorted(c.id for c in chosen)
+    assert len(rows) > len(masked)      # cases without a mask ran and passed beside them
