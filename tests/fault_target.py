@@ -17,6 +17,7 @@ endless loop inside a kernel); otherwise pure-Python equivalents.
   late    right answer from a case that holds device memory shares, then a poisoned
           context: the worker's cache release and health probe raise a device error
   slow    right answer after sleeping $FAULTS_SLOW_S seconds (0 when unset)
+  sigkill the process SIGKILLs itself (as the OOM killer ends one its case blew up)
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from harness.targets.base import Target
 from harness.targets.descriptors.bundled import OPTIONS as BUNDLED_OPTIONS
 
 FAULTS = ("none", "wrong", "sigfpe", "segv", "abort", "exit3", "hang", "flaky",
-          "poison", "victim", "sticky", "slow", "late")
+          "poison", "victim", "sticky", "slow", "late", "sigkill")
 ROUTES = ("faults.single_prefill",)
 
 # Left behind by a `poison` case; read by a `victim` case in the same process.
@@ -78,6 +79,8 @@ def _inject(fault: str) -> None:
         os.abort()
     elif fault == "exit3":
         os._exit(3)
+    elif fault == "sigkill":          # as the OOM killer ends a process its case blew up
+        os.kill(os.getpid(), signal.SIGKILL)
     elif fault == "hang":
         while True:
             time.sleep(0.01)

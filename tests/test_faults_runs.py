@@ -202,3 +202,35 @@ def test_a_full_disk_stops_the_run_with_one_line_and_whole_rows(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     ids = [r["case_id"] for r in run.rows()]
     assert sorted(ids) == sorted(run.ids)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_worker_killed_from_outside_is_not_the_librarys_crash(tmp_path, sig):
+    # A signal no library sends itself, dealt to a worker inside a case that is right: the
+    # case completes alone in a fresh process, so the row is ours (failing), not a crash.
+    run = Run(tmp_path, [fault_case("slow", 0)], slow_s=4)
+    proc = run.start("-n", "1")
+    try:
+        found = poll(lambda: worker_in_a_case(run.mark, stage="run"), timeout=240)
+        os.kill(found[0], sig)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rows = run.rows()
+    assert [r["case_id"] for r in rows] == [found[1]]
+    row = rows[0]
+    assert row["outcome"] == "harness_error" and not row["pass"], row
+    assert sig.name in row["message"] and "from outside" in row["message"], row["message"]
+    assert proc.returncode != 0 and "PASS" not in out
+
+
+def test_a_case_that_dies_of_sigkill_again_alone_is_the_librarys_crash(tmp_path):
+    # The same signal raised by the case itself (as an OOM kill of its own allocation would
+    # be) dies again in the fresh process: the library's crash.
+    run = Run(tmp_path, [fault_case("sigkill", 0)])
+    done = run.run("-n", "1")
+    rows = run.rows()
+    assert len(rows) == 1 and rows[0]["outcome"] == "crash", rows
+    assert "SIGKILL" in rows[0]["message"] and "dies alone" in rows[0]["message"]
+    assert done.returncode != 0

@@ -22,6 +22,12 @@ def signal_text(signal_or_exit) -> str:
     return f"exit {signal_or_exit}"
 
 
+# Signals a library does not send itself: a worker that dies of one was killed from outside
+# (the kernel's OOM killer, an operator, a CI runner). Its row is the library's crash only if
+# the case dies so again alone in a fresh process (engine/plugins/replay.py).
+FROM_OUTSIDE = frozenset({"SIGKILL", "SIGTERM", "SIGHUP"})
+
+
 # The words of a CUDA/HIP error that leaves the device context unusable for every later call
 # in the process: an exception carrying one is a crash of the case (never a refusal), and a
 # row that says one retires its worker.

@@ -10,6 +10,7 @@ from harness.engine import isolation, row as rows
 from harness.engine.plugins.watchdog import diagnose
 from harness.engine.session import ROW_KEY, Run, case_id_of
 from harness.model.classify import Verdict, harness_error_verdict
+from harness.model.signals import FROM_OUTSIDE
 from harness.results import table
 
 
@@ -121,6 +122,12 @@ def crash_row(run: Run, report) -> None:
     recent_ids = death.recent if death.case_id == case.id else []
     by_id = run.cases_by_id()
     recent = [by_id[i] for i in recent_ids if i in by_id]
+    outside = death.cause if death.kind == "crash" and death.cause in FROM_OUTSIDE else ""
+    if outside and not run.opt("no_replay"):
+        # Killed from outside: the library's crash only if the case dies so again.
+        timeout = death.timeout_s or run.timeout_for(case)
+        run.replays.submit(report, row, case, recent, min(timeout, 600.0), outside)
+        return
     if not recent:
         row["isolation"] = "alone"
         finish_row(run, report, row)
