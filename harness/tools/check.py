@@ -477,6 +477,19 @@ def _cmd_check(args, held: list) -> int:
         return EXIT_USAGE
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _sigterm)
+    lock = None
+    named = Path(args.results).resolve() if args.results else None
+    if named is not None and named.parent.is_dir():
+        # A named table is locked before the pytest child starts (seconds of start-up): a
+        # second run on it stops at once, naming the run that holds it.
+        try:
+            lock = table.TableLock.acquire(named)
+            held.append(lock)
+        except table.TableBusy as busy:
+            print(f"check: {busy}", file=sys.stderr)
+            return EXIT_USAGE
+        except OSError:
+            lock = None              # said below, with the folder's own error
     start = time.perf_counter()
     # Started at once and held until go(): it works out the run (this process never loads
     # torch or a target) and says so in its report; a bad option calls it off.
@@ -490,14 +503,13 @@ def _cmd_check(args, held: list) -> int:
     if getattr(args, "shard", None):
         env[SHARD_ENV] = args.shard
     child = HeldChild(pytest_command(args), ROOT, env, quiet=not args.pytest_args)
-    lock = None
     try:
         report = child.report()
         why = _check_run(args, report)
         results = None if why or report is None else results_of(args, report.get("arch"),
                                                                   report)
         why = why or (results_folder_error(results) if results is not None else None)
-        if results is not None and not why:
+        if results is not None and not why and lock is None:
             # Held for this process's life, before the child may write: a second run on the
             # table stops here, with the pid of the one that holds it. The child adopts it.
             try:
