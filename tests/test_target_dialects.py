@@ -146,18 +146,24 @@ def test_a_target_that_cannot_load_is_our_error_never_a_crash(tmp_path):
 
 
 @pytest.mark.parametrize("ignored", ["scenario", "mismatch"])
-def test_an_adapter_that_ignores_a_param_gives_harness_error(tmp_path, ignored, monkeypatch,
-                                                             capfd, fresh_user_modules):
-    monkeypatch.setenv("IGNORED_PARAMS", ignored)
+def test_an_adapter_that_ignores_a_param_gives_harness_error(ignored, monkeypatch,
+                                                             fresh_user_modules):
+    """Judged in this process as a worker judges each case (execute_case): the row's verdict
+    is the subject. The adapter loaded from its file under check's pytest child is
+    test_an_installed_target_catches_its_planted_defect_everywhere's, its findings through
+    the one child runner test_check_target_names_what_the_adapter_does_wrong's."""
+    from harness.engine.execute import execute_case
+    from harness.targets import load_target
+    monkeypatch.setenv("IGNORED_PARAMS", ignored)     # read when the adapter's module loads
     variant = "plan_rejected_first" if ignored == "scenario" else "num_qo_heads"
-    proc = harness_here(capfd, "check", "--target", str(USER / "ignoring.py"), "--family",
-                        "misplanned", "--route", "fa2.paged_prefill", "--case-id",
-                        f"misplanned.{variant}/bf16", "--results-dir", str(tmp_path), "-n", "0")
-    rows = [json.loads(l) for p in tmp_path.glob("*.jsonl") for l in p.read_text().splitlines()]
-    assert rows, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert {r["outcome"] for r in rows} == {"harness_error"}, [r["message"] for r in rows]
-    assert all(f"params['{ignored}']" in r["message"] for r in rows)
-    assert proc.returncode == 1
+    target = load_target(str(USER / "ignoring.py"))
+    cases = [c for c in target.cases(["misplanned"], "ci")
+             if c.route == "fa2.paged_prefill" and f"misplanned.{variant}/bf16" in c.id]
+    assert cases
+    results = [execute_case(c, target, "cpu") for c in cases]
+    assert {r.outcome for r in results} == {"harness_error"}, [r.message for r in results]
+    assert all(f"params['{ignored}']" in r.message for r in results)
+    assert not any(r.passed for r in results)
 
 
 def gqa_case() -> Case:
