@@ -46,10 +46,18 @@ def harness_here(capfd, *args) -> subprocess.CompletedProcess:
 # rest of the budget changes. That a search goes on after its classes until the budget is
 # spent is test_search_shrinks_each_class_and_keeps_looking's to prove. The searches here are
 # bounded by an example count, never by how fast a loaded machine is.
+#
+# Each class's replay in a fresh process (Explorer.confirm, shrink's trial step) forks from a
+# warm server that has never run a case (tests/warm_children.py), not an interpreter each; the
+# examples still fork from the explorer itself (fork_from, which the server leaves alone).
 EXPLORE_UNTIL_FOUND = """
 import sys, time
 from harness import cli
+from harness.engine import child
 from harness.tools import explore
+sys.path.insert(0, sys.argv.pop(1))
+from warm_children import forking
+child.run = forking(child.run)
 want = int(sys.argv[1])
 confirm = explore.Explorer.confirm
 def confirm_then_stop(self, finding):
@@ -63,7 +71,8 @@ sys.exit(cli.main(sys.argv[2:]))
 
 def explore_until_found(want: int, *args, timeout=300):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-c", EXPLORE_UNTIL_FOUND, str(want), "explore", *args],
+    return subprocess.run([sys.executable, "-c", EXPLORE_UNTIL_FOUND, str(Path(__file__).parent),
+                           str(want), "explore", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
