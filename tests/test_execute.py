@@ -157,8 +157,11 @@ def test_adapter_bug_is_not_a_refusal(error):
     class Buggy(FakeTarget):
         def run(self, case, problem, buffers):
             raise error("adapter bug")
-    with pytest.raises(error):
-        execute_case(case(), Buggy("ok"), device="cpu")
+    r = execute_case(case(), Buggy("ok"), device="cpu")
+    # Ours, naming what was raised and where: never the library's refusal or crash.
+    assert (r.outcome, r.passed, r.error_type) == ("harness_error", False, error.__name__)
+    assert "adapter bug" in r.message and "test_execute.py:" in r.message
+    assert "not the library's refusal" in r.message
 
 
 def test_a_case_needing_what_the_target_lacks_is_skipped_naming_it():

@@ -1,15 +1,11 @@
 """The one way a case runs in a fresh process outside the xdist workers: culprit replay,
-`repro`, every `shrink` trial, every `explore` draw (forked) and bisect's steps (which run
-`repro` at each commit).
-
-One protocol: the parent hands the child a spec (cases or one case id, the target spec,
-its options, repeat, timeouts); the child leaves a worker's breadcrumbs (isolation.WorkerState:
-faulthandler file, stage record, hang timer) and prints one `ROW <json>` line per finished
-case. One way a death becomes a row: the parent reads the breadcrumbs with
-isolation.diagnose and builds the row with row.from_death, as the xdist controller does.
-The user's environment is kept (PYTHONPATH is prepended to, never replaced), and a trial is
-one interpreter. A target that cannot load is a harness_error row naming the error: our
-set-up failing is never the library crashing.
+`repro`, `shrink` trials, `explore` draws (forked) and bisect's steps (`repro` a commit).
+The parent hands the child a spec (cases or one case id, target, options, repeat,
+timeouts); the child leaves a worker's breadcrumbs (isolation.WorkerState) and prints one
+`ROW <json>` line per case; a death becomes a row as in the xdist controller
+(isolation.diagnose, row.from_death). The user's PYTHONPATH is prepended to, never replaced.
+A target that cannot load, or a case that raises in the harness, is a harness_error row:
+our set-up failing is never the library crashing.
 """
 from __future__ import annotations
 
@@ -231,11 +227,11 @@ def classify_replay(case, recent: list, target: str, timeout_s: float,
 
 # ------------------------------------------------------------------ child side
 
-def _target_error_row(case, message: str, context: dict) -> dict:
+def _target_error_row(case, message, context, stage="load target", error_type="TargetLoadError"):
     from harness.engine import row as rows
     from harness.model.classify import harness_error_verdict
-    return rows.from_verdict(case, harness_error_verdict(message), stage="load target",
-                             error_type="TargetLoadError", **context)
+    return rows.from_verdict(case, harness_error_verdict(message), stage=stage,
+                             error_type=error_type, **context)
 
 
 def _lookup(spec: Spec, target) -> list:
@@ -285,7 +281,11 @@ def serve(spec: Spec, state_dir: str, target=None) -> int:
     for case in cases:
         (Path(state_dir) / "case.json").write_text(json.dumps(case.to_json()))
         state.begin(case.id, spec.timeout_for(case))
-        row = perform(case, target, spec.repeat, context, on_stage=state.stage)
+        try:
+            row = perform(case, target, spec.repeat, context, on_stage=state.stage)
+        except Exception as e:  # noqa: BLE001 - ours, as a check's controller books it
+            row = _target_error_row(case, f"harness error in the case: {type(e).__name__}: "
+                                    f"{e}", context, "", type(e).__name__)
         state.end(case.id)
         print(ROW_PREFIX + json.dumps(row, allow_nan=True, default=str), flush=True)
     return 0

@@ -24,8 +24,8 @@ from harness.engine.precheck import skip_reason
 from harness.model import platform_info
 from harness.model.builders import Buffers
 from harness.model.case import Case
-from harness.model.classify import (Verdict, classify, crash_verdict, error_text,
-                              harness_error_verdict)
+from harness.model.classify import (Verdict, adapter_bug_verdict, classify, crash_verdict,
+                              error_text, harness_error_verdict)
 from harness.model.compare import judge, summarize  # noqa: F401 (judge: tests)
 from harness.model.params import ReadParams
 from harness.model.signals import raises_device_fault
@@ -169,10 +169,12 @@ def _execute(case: Case, target: Target, device: torch.device, buffers: Buffers,
         _sync(device)
     except Skip as skip:
         return done(classify(case, skip_reason=str(skip) or "skipped by the adapter"))
-    except HARNESS_ERRORS:
-        # A bug in an adapter or case (a misspelt attribute, a missing key) is
-        # not the library refusing: let it fail the test loudly.
-        raise
+    except HARNESS_ERRORS as error:
+        # A bug in an adapter or case (a misspelt attribute, a missing key) is not the
+        # library refusing: a harness_error row naming where it was raised, in every
+        # process that runs cases (a check worker, a repro or check-target child).
+        return done(adapter_bug_verdict(error, buffers.current_stage),
+                    error_type=type(error).__name__)
     except Exception as error:  # noqa: BLE001 - every library exception is an outcome
         if is_device_fault(error):
             return done(device_fault_verdict(case, error, buffers.current_stage),

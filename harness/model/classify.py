@@ -186,6 +186,20 @@ def harness_error_verdict(what: str) -> Verdict:
     return Verdict("harness_error", False, what)
 
 
+def adapter_bug_verdict(error: BaseException, stage: str = "") -> Verdict:
+    """An adapter's own error (AttributeError, KeyError, ...: engine/execute.py
+    HARNESS_ERRORS) in one line: what it raised, where (the innermost frame), and that it
+    is no refusal of the library's."""
+    import traceback
+    from pathlib import Path
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    during = f" during {stage}" if stage else ""
+    return harness_error_verdict(
+        f"the adapter raised {error_text(error)[:300]}{where}{during}: "
+        f"a bug in the adapter (or the case), not the library's refusal")
+
+
 def crash_verdict(case: Case, signal_or_exit, stage: str = "") -> Verdict:
     where = f" during {stage}" if stage else ""
     return Verdict("crash", False, f"worker died: {signal_text(signal_or_exit)}{where}"

@@ -1,0 +1,35 @@
+"""An adapter's own error (an AttributeError in its run()) is a harness_error row naming
+where it was raised, in every process that runs cases: never the library's crash or
+refusal (check-target and repro run their cases in a child)."""
+from __future__ import annotations
+
+import json
+
+from harness import cli
+
+ADAPTER = '''
+from harness.targets.bundled import BundledTarget
+
+
+class Broken(BundledTarget):
+    name = "broken"
+
+    def run(self, case, problem, buffers):
+        return [1, 2].tolist()          # the adapter's own bug
+
+
+def make_target():
+    return Broken()
+'''
+
+def test_an_adapters_attribute_error_is_ours_in_a_repro_child(tmp_path, capsys):
+    adapter = tmp_path / "broken_adapter.py"
+    adapter.write_text(ADAPTER)
+    from harness.targets import load_target
+    ids = [c.id for c in load_target(str(adapter)).cases(["valid"], "ci")]
+    capsys.readouterr()
+    cli.main(["repro", ids[0], "--target", str(adapter), "--json"])
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["outcome"] == "harness_error" and row["severity"] == "harness", row
+    assert "AttributeError" in row["message"] and "broken_adapter.py:9" in row["message"]
+    assert "not the library's refusal" in row["message"]
