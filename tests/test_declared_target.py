@@ -149,3 +149,36 @@ def test_the_vllm_shaped_example_is_a_complete_adapter():
         outcomes.setdefault(c.family, set()).add(r.outcome)
     assert "match" in outcomes["valid"] and outcomes["misplanned"] == {"refused"}
     assert len(EXAMPLE.read_text().splitlines()) <= 110
+
+
+def test_an_argument_the_core_never_gives_is_the_adapters_error_not_a_refusal():
+    # A signature with a role DeclaredTarget hands no value (kv_offsets) for a parameter
+    # without a default: the library would raise TypeError, which reads as a refusal and
+    # passes refuse / match_or_refuse rows. It is the adapter's error, named.
+    import sys
+    sys.path.insert(0, str(ADAPTER.parent))
+    import tinyvllm
+    from harness.engine.execute import execute_case
+    from harness.targets import Arg, Signature
+
+    sig = Signature(args=tinyvllm.SIGNATURE.args + (Arg("indptr", "kv_offsets", "plan"),),
+                    core="declared")
+
+    class Strict(tinyvllm.TinyVllmTarget):
+        signature = sig
+
+        def functions(self):
+            lib = self.lib
+
+            def plan(seq_lens, query_start_loc, num_reqs, num_heads, num_kv_heads, head_size,
+                     block_size, causal, indptr):
+                return lib.plan(seq_lens, query_start_loc, num_reqs, num_heads, num_kv_heads,
+                                head_size, block_size, causal)
+            return {"plan": plan, "run": lib.run}
+
+    target = Strict(bugs=())
+    case = next(c for c in target.cases(["misplanned"], "ci")
+                if c.expect == "refuse" and c.route == "tiny.batch_decode")
+    r = execute_case(case, target, "cpu")
+    assert (r.outcome, r.passed) == ("harness_error", False), (r.outcome, r.message)
+    assert "'indptr'" in r.message and "kv_offsets" in r.message

@@ -22,10 +22,14 @@ what the library is (core="declared": the block-table core's fields and the plan
 Caches are [num_blocks, block_size, kv heads, head_dim] (role k_cache / v_cache), NaN in
 every block no request owns; q [rows, q heads, head_dim]; out [rows, q heads, head_dim_vo],
 canary-banded; index tensors int32 (role qo_offsets, kv_lengths, block_table; slot_mapping
-int64). A role the case gives no value for is left out (the function's default applies).
+int64). A role the case gives no value for is left out (the function's default applies);
+one the core never gives (kv_offsets, page_indices, lse, ...) whose parameter has no default
+is the adapter's error (UnsuppliedArgument: a harness_error row), never the library's
+TypeError read as a refusal.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable, Mapping
 
 import torch
@@ -35,6 +39,29 @@ from harness.targets.block_table.batch import block_pool, build, poison_tails
 from harness.targets.block_table.mismatch import damaged_handle, handle_damage, perturb
 from harness.targets.block_table.restage import Metadata, first_batch
 from harness.targets.case_calls import CaseCalls
+
+class UnsuppliedArgument(AssertionError):
+    """A declared argument this core hands no value and the function has no default for:
+    the adapter's error (an AssertionError: engine/execute.py books it as ours)."""
+
+
+def check_supplied(fn, call: str, sig, kwargs: dict) -> None:
+    """Raise UnsuppliedArgument for an argument of `call` that `kwargs` leaves out and the
+    function cannot do without (no default), naming it and its role."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):      # a builtin without a signature: the call says
+        return
+    for a in sig.args:
+        p = params.get(a.name)
+        if a.call == call and a.name not in kwargs and p is not None \
+                and p.default is inspect.Parameter.empty \
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise UnsuppliedArgument(
+                f"DeclaredTarget hands {call}() no {a.name!r} (role {a.role!r}: the declared "
+                f"core gives no value for it) and {call}() has no default for it: give the "
+                f"function a default, or write a Target of your own (docs/targets.md)")
+
 
 # Params this shape of call has no analogue for, and why.
 _NO_ANALOGUE = {
@@ -190,6 +217,7 @@ class DeclaredCall(CaseCalls):
                     kwargs[a.name] = handle
                 elif a.role in handed:
                     kwargs[a.name] = _encoded(a, handed[a.role])
+            check_supplied(functions[name], name, sig, kwargs)
             self.buffers.stage("write cache" if writing else name)
             result = functions[name](**kwargs)
             if not writing:
