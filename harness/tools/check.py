@@ -629,7 +629,9 @@ def _reasons(skipped, most: int = 3) -> str:
     """The skips' reasons, most common first, numbers and sizes folded together."""
     import re
     folded = skipped["message"].fillna("").astype(str).map(
-        lambda m: re.sub(r"[0-9][0-9,._]*", "N", " ".join(m.split()))[:160] or "no reason given")
+        # A number standing alone is folded, not digits inside a name (fp8_kv, int64, d128).
+        lambda m: re.sub(r"(?<![A-Za-z0-9_])[0-9][0-9,.]*(?![A-Za-z_])", "N",
+                         " ".join(m.split()))[:160] or "no reason given")
     counts = folded.value_counts()
     parts = [f"{n}: {why}" for why, n in counts.head(most).items()]
     if len(counts) > most:
