@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.targets.layout import Views
+from harness.targets.layout import CANARY_ELEMS, Views
 
 
 def first_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
@@ -43,6 +43,16 @@ class CaseCalls:
             n = int(bad["length"])
             values = torch.cat([values, values[-1:].repeat(max(0, n - values.numel()))])[:n]
         return self.views.input(key, values.to(torch.float32).contiguous().to(self.device))
+
+    def out_like_q(self, q_rows: int, rows: int) -> torch.Tensor:
+        """The caller's out as a vLLM-shaped caller allocates it (torch.empty_like(query)):
+        q's rows, padded past the offsets' `rows` (CUDA-graph padding) or short of them,
+        canary-banded, strided where the case says; a short q's missing rows lie in the band,
+        so a run that writes them anyway is `corrupt`. Compare first_rows(out, rows)."""
+        p = self.problem
+        return self.views.output("out", (q_rows, p.num_qo_heads, p.head_dim_vo), p.dtype,
+                                 CANARY_ELEMS + max(0, rows - q_rows) * p.num_qo_heads
+                                 * p.head_dim_vo)
 
     @property
     def sm_scale(self):

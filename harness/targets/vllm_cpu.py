@@ -69,7 +69,7 @@ from harness.targets.base import Skip, Target
 from harness.targets.block_table.batch import block_pool, build, poison_tails
 from harness.targets.block_table.mismatch import FIELDS, damaged_handle, handle_damage, perturb
 from harness.targets.block_table.restage import Metadata, first_batch
-from harness.targets.case_calls import CaseCalls
+from harness.targets.case_calls import CaseCalls, first_rows
 from harness.targets.plan_run.mixed import decode_first
 
 BACKEND = "vllm"
@@ -296,7 +296,7 @@ class VllmCall(CaseCalls):
                                    self.device)
             seq_lens = self.views.index("seq_lens", batch.seq_lens, self.device)
             table = self.views.index("block_table", batch.block_table, self.device)
-        out = self.output(batch.rows)
+        out = self.output(batch.query.shape[0], batch.rows)
         sinks = self.per_head_vector("sinks", p.sinks)
         slopes = self.per_head_vector("alibi_slopes", p.alibi_slopes)
         softcap = float(params.get("logits_soft_cap") or 0.0)
@@ -329,19 +329,21 @@ class VllmCall(CaseCalls):
         ns.cpu_attention_with_kv_cache(
             query, key_cache, value_cache, out, qsl, seq_lens, float(scale), p.causal, slopes,
             window, table, softcap, schedule, sinks, None, k_scale, v_scale, cache_dtype)
-        return {"o": out}
+        return {"o": first_rows(out, batch.rows)}
 
-    def output(self, rows: int):
+    def output(self, q_rows: int, rows: int):
         """The output the run writes into. cpu_attention_with_kv_cache allocates none: in the
         call form where the library allocates (params out_form "library") it gets what vLLM's
         own attention layer hands it, a fresh buffer of exactly the output's shape (poisoned,
         so an element left unwritten shows; no canary band: nothing past it is the caller's).
-        Otherwise the caller's canary-banded buffer, strided where the case says."""
+        Otherwise the caller's canary-banded buffer, strided where the case says. Either has
+        q's rows, as vLLM's layer allocates it (empty_like(query)): padded past the offsets'
+        `rows` or short of them (CaseCalls.out_like_q)."""
         p = self.problem
-        shape = (rows, p.num_qo_heads, p.head_dim_vo)
         if self.params.get("out_form", "given") == "library":
-            return self.buffers.output(shape, p.dtype, "out", canary_elems=0)
-        return self.views.output("out", shape, p.dtype)
+            return self.buffers.output((q_rows, p.num_qo_heads, p.head_dim_vo), p.dtype, "out",
+                                       canary_elems=0)
+        return self.out_like_q(q_rows, rows)
 
     def named(self, ours: str) -> str:
         """The name the case gives this tensor: vLLM's, or the strided family's FlashInfer
@@ -514,9 +516,10 @@ def _standalone_parts() -> list:
     from harness.targets.block_table import batch, mismatch, restage
     from harness.targets.plan_run import mismatch as plan_mismatch, mixed
     return [builders.poison_value, builders._poisoned, builders.strided_last_dim,
-            builders.every_other, builders.head_sliced, layout.Views, case_calls.CaseCalls,
-            problem._cat, layout.page_ids, batch.BlockBatch, batch.build, batch.owned_blocks,
-            batch.block_pool, batch.poison_tails, restage._offsets, restage.first_batch, restage.Metadata,
+            builders.every_other, builders.head_sliced, layout.Views, case_calls.first_rows,
+            case_calls.CaseCalls, problem._cat, layout.page_ids, batch.BlockBatch, batch.build,
+            batch.owned_blocks, batch.block_pool, batch.poison_tails, restage._offsets,
+            restage.first_batch, restage.Metadata,
             plan_mismatch._resize, mismatch.perturb, mismatch.handle_damage,
             mismatch.damaged_handle, mixed.decode_first, variant, package_dir,
             extension_path, load_extension, attention_isa, sliding_window_size, as_laid_out,

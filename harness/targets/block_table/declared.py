@@ -38,7 +38,7 @@ from harness.targets.base import Skip, Target
 from harness.targets.block_table.batch import block_pool, build, poison_tails
 from harness.targets.block_table.mismatch import damaged_handle, handle_damage, perturb
 from harness.targets.block_table.restage import Metadata, first_batch
-from harness.targets.case_calls import CaseCalls
+from harness.targets.case_calls import CaseCalls, first_rows
 
 class UnsuppliedArgument(AssertionError):
     """A declared argument this core hands no value and the function has no default for:
@@ -174,8 +174,7 @@ class DeclaredCall(CaseCalls):
         else:
             given.update({role: self.views.index(name, getattr(batch, name), self.device)
                           for role, name in _INDEX_ROLES.items()})
-        given["out"] = self.views.output("out", (batch.rows, p.num_qo_heads, p.head_dim_vo),
-                                         p.dtype)
+        given["out"] = self.out_like_q(batch.query.shape[0], batch.rows)
         sinks = self.per_head_vector("sinks", p.sinks)
         slopes = self.per_head_vector("alibi_slopes", p.alibi_slopes)
         if sinks is not None:
@@ -225,7 +224,7 @@ class DeclaredCall(CaseCalls):
                 damage = handle_damage(self.mismatch)
                 if damage and name != order[-1]:
                     handle = damaged_handle(handle, damage)
-        return {"o": given["out"]}
+        return {"o": first_rows(given["out"], batch.rows)}
 
 
 def _is_writer(sig, call: str) -> bool:
