@@ -18,6 +18,7 @@ endless loop inside a kernel); otherwise pure-Python equivalents.
           context: the worker's cache release and health probe raise a device error
   slow    right answer after sleeping $FAULTS_SLOW_S seconds (0 when unset)
   sigkill the process SIGKILLs itself (as the OOM killer ends one its case blew up)
+  segv_building  SIGSEGV while the adapter builds its inputs (before any library call)
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from harness.targets.base import Target
 from harness.targets.descriptors.bundled import OPTIONS as BUNDLED_OPTIONS
 
 FAULTS = ("none", "wrong", "sigfpe", "segv", "abort", "exit3", "hang", "flaky",
-          "poison", "victim", "sticky", "slow", "late", "sigkill")
+          "poison", "victim", "sticky", "slow", "late", "sigkill", "segv_building")
 ROUTES = ("faults.single_prefill",)
 
 # Left behind by a `poison` case; read by a `victim` case in the same process.
@@ -110,6 +111,8 @@ class FaultsTarget(Target):
         from harness.model.reference import attention_reference
 
         fault = case.params.get("fault", "none")
+        if fault == "segv_building":     # the adapter's own code dies before any library call
+            ctypes.string_at(0)
         buffers.stage("plan")
         buffers.stage("run")
         right = attention_reference(problem)["o"].to(problem.dtype)

@@ -234,3 +234,15 @@ def test_a_case_that_dies_of_sigkill_again_alone_is_the_librarys_crash(tmp_path)
     assert len(rows) == 1 and rows[0]["outcome"] == "crash", rows
     assert "SIGKILL" in rows[0]["message"] and "dies alone" in rows[0]["message"]
     assert done.returncode != 0
+
+
+def test_a_death_while_the_inputs_are_built_is_ours_not_the_librarys(tmp_path):
+    # No library code has run at "build inputs": a death there is the harness's or the
+    # adapter's (as an exception there is), failing, never the library's crash.
+    run = Run(tmp_path, [fault_case("segv_building", 0)])
+    done = run.run("-n", "1")
+    rows = run.rows()
+    assert len(rows) == 1, rows
+    assert (rows[0]["outcome"], rows[0]["stage"]) == ("harness_error", "build inputs"), rows
+    assert "SIGSEGV" in rows[0]["message"] and "not the library's" in rows[0]["message"]
+    assert done.returncode != 0

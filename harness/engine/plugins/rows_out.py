@@ -11,6 +11,10 @@ from harness.engine.plugins.watchdog import diagnose
 from harness.engine.session import ROW_KEY, Run, case_id_of
 from harness.model.classify import Verdict, harness_error_verdict
 from harness.model.signals import FROM_OUTSIDE
+
+# The stage in which the harness and the adapter build a case's inputs (engine/execute.py,
+# plan_run/call.py): no library code has run in it.
+BUILDING = "build inputs"
 from harness.results import table
 
 
@@ -111,6 +115,17 @@ def crash_row(run: Run, report) -> None:
         worker = node.gateway.id if node is not None else ""
         death = diagnose(run, worker, isolation.worker_exitcode(node))
     stage = death.stage if death.case_id == case.id else ""
+    if stage == BUILDING:
+        # Before the library was called (an exception there is ours too: execute.py).
+        what = (f"no result after {round(death.timeout_s or run.timeout_for(case), 1)} s"
+                if death.kind == "hang" else f"the worker died ({death.cause})")
+        row = rows.from_verdict(case, harness_error_verdict(
+            f"{what} while the harness and the adapter built the inputs, before the library "
+            f"was called: not the library's"), stage=stage, error_type=death.kind,
+            **(death.context or any_context(run)))
+        row["worker"] = worker
+        finish_row(run, report, row)
+        return
     if death.kind == "hang":
         timeout = death.timeout_s or run.timeout_for(case)
         verdict = classify.hang_verdict(case, round(timeout, 1), stage)
