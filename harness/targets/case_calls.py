@@ -10,7 +10,8 @@ from typing import Any, Mapping
 
 import torch
 
-from harness.targets.layout import CANARY_ELEMS, Views
+from harness.model.builders import CANARY_ELEMS
+from harness.targets.layout import Views
 
 
 def first_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
