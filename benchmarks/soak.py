@@ -13,8 +13,9 @@ reaches its end must exit non-zero; a run that exits 0 or prints "PASS:" is a fa
 as is a row that passes where the clean run's fails.
 
 A struck case's own row may tell the blow, once per round: a stopped worker's case is the
-`hang` the watchdog records; a killed worker's case is the `crash` row of its death (its
-replay cannot reproduce a signal from outside: the row says so). Any other changed outcome
+`hang` the watchdog records; a killed worker's case is the `harness_error` row naming the
+signal from outside (its case completed alone in a fresh process), or the `crash` of its
+death had it died so again. Any other changed outcome
 breaks the round. A stopped worker or controller is left stopped (the watchdog and the
 parent watch them); a stopped parent is continued after 1-4 s (nothing watches it).
 
@@ -315,7 +316,7 @@ def finish(results: Path, cases: Path, expected: int, case_timeout: float, limit
 def judge(rows: list[dict], clean: dict, blow: dict) -> dict:
     """What a finished table lost, duplicated, changed and passed falsely against the clean
     run. The struck case's own row may tell the blow, once: a stopped worker's `hang`, a
-    killed worker's `crash` (its message says whether its replay reproduced it)."""
+    killed worker's `harness_error` naming the signal (or `crash`, had its replay died)."""
     ids = [r["case_id"] for r in rows]
     outcomes: dict[str, set] = {}
     passes: dict[str, set] = {}
@@ -325,8 +326,10 @@ def judge(rows: list[dict], clean: dict, blow: dict) -> dict:
     changed = [i for i in outcomes if i in clean and outcomes[i] != {clean[i]["outcome"]}]
     told = None
     if blow.get("struck") and blow.get("who") == "worker":
-        told = {"SIGSTOP": "hang", "SIGKILL": "crash", "SIGTERM": "crash"}[blow["sig"]]
-    allowed = [i for i in changed if outcomes[i] == {told}][:1]
+        told = {"SIGSTOP": ("hang",), "SIGKILL": ("harness_error", "crash"),
+                "SIGTERM": ("harness_error", "crash")}[blow["sig"]]
+    allowed = [i for i in changed
+               if len(outcomes[i]) == 1 and outcomes[i] <= set(told or ())][:1]
     notes = [r.get("message", "") for r in rows if r["case_id"] in allowed]
     return {
         "dupes": len(ids) - len(set(ids)),
@@ -334,7 +337,7 @@ def judge(rows: list[dict], clean: dict, blow: dict) -> dict:
         "changed": [i for i in changed if i not in allowed],
         "false_passes": sum(1 for i in passes if i in clean and not clean[i]["pass"]
                             and True in passes[i]),
-        "blow_row": f"{told}: {notes[0][-160:]}" if notes else "",
+        "blow_row": f"{'/'.join(told)}: {notes[0][-160:]}" if notes else "",
     }
 
 

@@ -74,6 +74,13 @@ def test_only_the_struck_workers_one_case_may_tell_the_blow():
              _row("c", "match", True)]
     got = soak.judge(crash, CLEAN, KILLED)
     assert got["changed"] == [] and "did not reproduce" in got["blow_row"]
+    # a killed worker's case that completed alone afterwards: ours, naming the signal
+    ours = [dict(_row("a", "harness_error", False), message="the worker was killed by "
+                 "SIGKILL from outside the process"), _row("b", "wrong", False),
+            _row("c", "match", True)]
+    got = soak.judge(ours, CLEAN, KILLED)
+    assert got["changed"] == [] and "from outside" in got["blow_row"]
+    assert soak.judge(ours, CLEAN, STOPPED)["changed"] == ["a"]   # a stopped one hangs
     # a crash passing is still a false pass, whatever the blow
     assert soak.judge([_row("a", "match", True), _row("b", "crash", True),
                        _row("c", "match", True)], CLEAN, KILLED)["false_passes"] == 1
