@@ -3,8 +3,8 @@
     python -m benchmarks.startup_chain [-n 16] [--family F] [CHECK OPTIONS]
 
 startup.py times a worker's phases in isolation; this times the chain as a run meets it: the
-check's parent, the held child (the xdist controller) and every worker, each stamped against
-the moment the command was started. As a pytest plugin (`-p benchmarks.startup_chain`, which
+check's parent (which plans the run), its pytest child (the xdist controller) and every
+worker, each stamped against the moment the command was started. As a pytest plugin (`-p benchmarks.startup_chain`, which
 xdist hands to every worker) this module appends one line per step to a file per process:
 the process's start (from /proc), this module's import (pytest's plugin loading: the harness
 plugin and torch come after it), configure, the end of collection, the first case's start and

@@ -93,7 +93,6 @@ SLOW = {
     "test_plugin.py::test_rows_without_xdist": 2.5,
     "test_cli.py::test_check_with_the_flaky_fault_fails_as_nondeterministic": 2.5,
     "test_plugin.py::test_repeat_compares_answers_in_one_worker": 2.5,
-    "test_held_start.py::test_a_check_called_off_by_a_bad_option_leaves_no_table": 2.5,
 }
 
 

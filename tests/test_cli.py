@@ -155,8 +155,7 @@ def test_before_after_table_markdown():
 def test_check_refuses_bad_options_naming_field_and_values(argv, words, capsys):
     from harness.cli import main
     # An empty selection is its own code (docs/ci.md); the others are usage errors.
-    # -n 0: the held child says the same without starting xdist workers it would call off
-    # (that a run with workers is called off alike is test_held_start.py's, system tier).
+    # Refused before any child starts (test_check_plan.py).
     assert main(["check", "-n", "0", *argv]) == (4 if "no cases selected" in words else 2)
     err = capsys.readouterr().err
     for word in words:

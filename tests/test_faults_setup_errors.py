@@ -114,12 +114,12 @@ def test_a_timeout_past_the_ceiling_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("value", ["abc", "987654"])
-def test_a_held_start_variable_naming_no_pipe_is_one_line(tmp_path, value):
+def test_a_parent_pid_variable_naming_no_parent_is_one_line(tmp_path, value):
     done = subprocess.run([sys.executable, "-m", "pytest", str(pytest_root.PATH), "-q", "-p",
                            "no:cacheprovider", "--target", "faults", "--case-id", "none",
                            "--results", str(tmp_path / "r.jsonl")], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), HARNESS_GO_FD=value),
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), HARNESS_PARENT_PID=value),
                           capture_output=True, text=True, timeout=180)
     line = one_line(done)
-    assert "HARNESS_GO_FD" in line and value in line
+    assert "HARNESS_PARENT_PID" in line and value in line
     assert not (tmp_path / "r.jsonl").exists()

@@ -11,8 +11,9 @@ below as pytest registers its own default plugins: pytest imports each module na
   worker       the test body (run_case), a worker retired on a sick device
 
 The controller's hooks (controller.py, xdist_nodes.py, watchdog.py, replay.py, rows_out.py)
-hold the run, so configure registers them as objects once the run is settled. Held start
-(held.py) and the table's lock and resume (results_table.py) are helpers with no hooks.
+hold the run, so configure registers them as objects once the run is settled. The table's
+lock and resume (results_table.py) is a helper with no hooks; what a run is, worked out
+before it starts, is the engine's (harness/engine/run_plan.py).
 
 The names below stay importable from here (pytest_root/test_matrix.py imports run_case).
 """
@@ -32,8 +33,7 @@ pytest_plugins = list(PLUGINS)
 # name here -> (module under harness/engine/plugins/, its name there). Resolved on first use
 # (PEP 562), never at this module's import, for the same reason.
 _EXPORTS = {
-    "PARENT_PID_ENV": ("held", "PARENT_PID_ENV"), "held_env_error": ("held", "held_env_error"),
-    "run_report": ("held", "run_report"),
+    "PARENT_PID_ENV": ("lifecycle", "PARENT_PID_ENV"),
     "STOP_PREFIX": ("lifecycle", "STOP_PREFIX"), "die_with_parent": ("lifecycle", "die_with_parent"),
     "stop_now": ("lifecycle", "stop_now"),
     "KERNEL_PLATFORMS": ("options", "KERNEL_PLATFORMS"), "check_options": ("options", "check_options"),

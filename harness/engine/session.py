@@ -179,13 +179,10 @@ class Run:
     def default_table(self, selection: str = "") -> Path:
         """The table a run without --results writes (a plain `pytest` run; `harness check`
         names it the same way in its parent): named for the library and its commit, with
-        the selection and the shard of a partial run."""
+        the selection (its shard too) of a partial run."""
         from harness.engine.identity import table_key
         from harness.results import table
         described = self.identity()
-        shard = run_shard()
-        if shard:
-            selection = "_".join(filter(None, [selection, "shard=" + shard.replace("/", "of")]))
         return table.default_results_path(described["target_name"], selection,
                                           commit=table_key(described))
 

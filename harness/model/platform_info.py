@@ -65,6 +65,29 @@ def arch() -> str:
     return f"cpu-{platform.machine()}"
 
 
+def arch_without_torch() -> str:
+    """arch() for a process that must neither load torch nor hold a GPU context for a run's
+    whole life (harness check's parent): answered here where no GPU is visible, else by a
+    short child interpreter, whose answer is the one the run's own processes give."""
+    import os
+    import sys
+    if not gpu_visible():
+        return f"cpu-{platform.machine()}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    try:
+        done = subprocess.run([sys.executable, "-c", "from harness.model.platform_info "
+                               "import arch; print(arch())"], capture_output=True, text=True,
+                              env=env, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"cannot tell this machine's GPU arch: {e}") from None
+    lines = done.stdout.split()
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"cannot tell this machine's GPU arch: {last}")
+    return lines[-1]
+
+
 def _git(path: Path, *args: str) -> str | None:
     try:
         done = subprocess.run(["git", "-C", str(path), *args], capture_output=True,

@@ -73,7 +73,7 @@ DECODE_BACKENDS = {"fa2": ("fa2", False), "fa2_tc": ("fa2", True),
 
 class BundledTarget(Target):
     name = "bundled"
-    owns_contract = True
+    owns_contract = descriptor.OWNS_CONTRACT
     routes = BUNDLED_ROUTES
     capabilities = descriptor.CAPABILITIES
     signature = descriptor.SIGNATURE
@@ -81,27 +81,17 @@ class BundledTarget(Target):
     options = descriptor.OPTIONS
 
     def check_option(self, name: str, value: str) -> None:
-        """--disable-guards names guards the library has (or `all`)."""
-        if name != "disable_guards":
-            return
-        from kernels.guards import NAMES
-        names = {n.strip() for n in value.split(",") if n.strip()}
-        unknown = sorted(names - set(NAMES) - {"all"})
-        if unknown:
-            raise ValueError(f"--disable-guards: unknown guard(s) {unknown}; known: all, "
-                             f"{', '.join(sorted(NAMES))}")
+        descriptor.check_option(name, value)
 
     def version(self) -> str:
-        return _kernels().__version__
+        return descriptor.version()
 
     def build_id(self) -> str:
         # The content hash of the sources, platform, arch and flags: what actually ran.
         return _kernels().build_info()["build_hash"][:16]
 
     def commit(self) -> str:
-        # The library lives in this repository, so its commit is the repository's.
-        from harness.model.platform_info import repo_commit
-        return repo_commit()
+        return descriptor.commit()
 
     def platform(self) -> str:
         return _kernels().build_info()["platform"]

@@ -18,7 +18,7 @@ from harness.tools.options import (EXIT_EMPTY, EXIT_FAIL, EXIT_NOT_TESTED, EXIT_
 # ------------------------------------------------------------------ check
 
 def pytest_command(args, results: Path | None = None) -> list[str]:
-    """The child pytest's command; without `results`, its table's path comes with go()."""
+    """The child pytest's command, writing the table `results` (else its default one)."""
     # Plugins a case run never uses, each loaded by every process: hypothesis's (it imports
     # all of hypothesis at the end of a run), log capture (~10% of a 750-case run), and the
     # unraisable/thread exception warnings (two full gc.collect passes at the end of every
@@ -81,7 +81,7 @@ class Progress:
         self.first_row_at: float | None = None
         self.offset, self.ids, self.failing, self.drawn = 0, set(), 0, False
         self.inode: int | None = None
-        # case id -> estimated cost (the held child's report): the ETA weighs what is left by
+        # case id -> estimated cost (the run's plan): the ETA weighs what is left by
         # it, so a few long cases still running are not read as a few seconds of work.
         self.costs = dict(costs or {})
         self.expected = set(self.costs)
@@ -229,7 +229,6 @@ def run_check_child(child, args, results: Path, expected: set) -> int | None:
           + (f"; limits: {overrides}" if overrides else ""), file=sys.stderr, flush=True)
     if getattr(args, "replacing", None):
         print(f"check: {args.replacing}", file=sys.stderr, flush=True)
-    child.go(results)
     # This process only waits now: the tables' reader (pandas) loads while the child runs.
     import pandas  # noqa: F401
     from harness.engine.isolation import TIMEOUT_BASE_S
@@ -310,18 +309,29 @@ def show_log_tail(log_name: str, rc: int) -> None:
         print("  " + line, file=sys.stderr)
 
 
-def child_failed(child) -> int:
-    """A child that ended before its report (a bad pytest option after `--`, a plugin that
-    cannot load): exit 2 (the run did not start), and the end of its output when that went
-    to a log."""
-    rc = child.proc.wait()
-    if child.log is not None:
-        child.log.close()
-        show_log_tail(child.log.name, rc)
-    else:
-        print(f"check: pytest exited {rc} before the run started (its output is above)",
-              file=sys.stderr)
-    return EXIT_USAGE
+class CheckChild:
+    """The pytest child of a planned run, its table's path on its command line. quiet:
+    pytest's console goes to a log file (shown only when pytest itself fails)."""
+
+    def __init__(self, cmd: list[str], env: dict, quiet: bool):
+        import tempfile
+        self.log = tempfile.NamedTemporaryFile(prefix="harness-check-", suffix=".log",
+                                               delete=False) if quiet else None
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log,
+                                     stderr=None if self.log is None else subprocess.STDOUT)
+
+
+def start_child(args, results: Path) -> CheckChild:
+    """The run's pytest child, started: it dies with this process (PARENT_PID_ENV) and adopts
+    the table's lock this process holds; --shard is handed to it alone."""
+    from harness.engine import fast_exit
+    from harness.engine.plugins.lifecycle import PARENT_PID_ENV
+    from harness.model.shard import SHARD_ENV
+    env = dict(child_env(), **{fast_exit.ENV: "1", PARENT_PID_ENV: str(os.getpid())})
+    env.pop(SHARD_ENV, None)   # the shard is --shard's alone, never one left in the environment
+    if getattr(args, "shard", None):
+        env[SHARD_ENV] = args.shard
+    return CheckChild(pytest_command(args, results), env, quiet=not args.pytest_args)
 
 
 def results_folder_error(results: Path) -> str | None:
@@ -383,12 +393,10 @@ def ledger_error(path: str | None) -> str | None:
     return None
 
 
-def _check_run(args, report: dict | None) -> str | None:
+def _check_run(args, report: dict) -> str | None:
     """Why the run must not start, in one line; None when it may. Sets args.expected_ids
-    from the held child's report (harness/engine/held_start.py), and args.why_code to
-    EXIT_EMPTY for an empty selection (docs/ci.md)."""
-    if report is None:
-        return None   # the child ended without a report: its own output says why
+    from the run's plan (harness/engine/run_plan.py), and args.why_code to EXIT_EMPTY for
+    an empty selection (docs/ci.md)."""
     if "error" in report:
         # Unknown names, or a target whose library is missing: say so, run nothing.
         return str(report["error"])
@@ -405,15 +413,14 @@ def _check_run(args, report: dict | None) -> str | None:
 
 def selection_of(args) -> str:
     """What a partial run selected, as its table's name says it ("" for a full run)."""
-    from harness.results import table
-    return table.selection_slug(args.family, args.route, args.case_id, args.cases_file,
-                                args.profile, getattr(args, "shard", None))
+    from harness.engine.run_plan import selection_of as selected
+    return selected(lambda name: getattr(args, name, None), getattr(args, "shard", None))
 
 
 def library_name(args, report: dict | None = None) -> tuple[str, str | None]:
     """(the target's declared name, the library's commit or version) that name its tables,
-    from the held child's report (engine/identity.py); a report without them (an older
-    plugin) gives the spec's label and this checkout's commit."""
+    from the run's plan (engine/identity.py); a plan without them gives the spec's label
+    and this checkout's commit."""
     report = report or {}
     if report.get("target_name"):
         from harness.engine.identity import table_key
@@ -424,7 +431,7 @@ def library_name(args, report: dict | None = None) -> tuple[str, str | None]:
 
 def results_of(args, arch: str | None = None, report: dict | None = None) -> Path:
     """The table's path: --results, or the default one under --results-dir (or ./results),
-    named by the library (its declared name), arch (the held child's, when given), the
+    named by the library (its declared name), arch (the plan's, when given), the
     library's commit and the selection."""
     if args.results:
         return Path(args.results).resolve()
@@ -491,51 +498,34 @@ def _cmd_check(args, held: list) -> int:
         except OSError:
             lock = None              # said below, with the folder's own error
     start = time.perf_counter()
-    # Started at once and held until go(): it works out the run (this process never loads
-    # torch or a target) and says so in its report; a bad option calls it off.
-    from harness.engine import fast_exit
-    from harness.engine.held_start import HeldChild
-    # The plugin's held-start module alone: the plugin's others load the engine (torch).
-    from harness.engine.plugins.held import PARENT_PID_ENV
-    env = dict(child_env(), **{fast_exit.ENV: "1", PARENT_PID_ENV: str(os.getpid())})
-    from harness.model.shard import SHARD_ENV
-    env.pop(SHARD_ENV, None)   # the shard is --shard's alone, never one left in the environment
-    if getattr(args, "shard", None):
-        env[SHARD_ENV] = args.shard
-    child = HeldChild(pytest_command(args), ROOT, env, quiet=not args.pytest_args)
-    try:
-        report = child.report()
-        why = _check_run(args, report)
-        results = None if why or report is None else results_of(args, report.get("arch"),
-                                                                  report)
-        why = why or (results_folder_error(results) if results is not None else None)
-        if results is not None and not why and lock is None:
-            # Held for this process's life, before the child may write: a second run on the
-            # table stops here, with the pid of the one that holds it. The child adopts it.
-            try:
-                lock = table.TableLock.acquire(results)
-                held.append(lock)
-            except table.TableBusy as busy:
-                why = str(busy)
-            except OSError as e:
-                why = f"cannot lock the results table {results} ({e.strerror or e})"
-        if lock is not None and args.resume and results.exists():
-            try:   # a table that cannot be read is not resumed: one line, before the run
-                table.read_rows(results, torn_note=lambda _: None)
-            except (OSError, ValueError) as e:
-                why = f"{e}; fix or move the table, or run without --resume"
-    except BaseException:
-        child.call_off()
-        raise
+    # The run is worked out here, before any child starts: an in-tree target with a
+    # descriptor is planned without torch or the library (harness/engine/run_plan.py).
+    from harness.engine import run_plan
+    report = run_plan.plan(lambda name: getattr(args, name, None), getattr(args, "shard", None))
+    why = _check_run(args, report)
+    results = None if why else results_of(args, report.get("arch"), report)
+    why = why or (results_folder_error(results) if results is not None else None)
+    if results is not None and not why and lock is None:
+        # Held for this process's life, before the child may write: a second run on the
+        # table stops here, with the pid of the one that holds it. The child adopts it.
+        try:
+            lock = table.TableLock.acquire(results)
+            held.append(lock)
+        except table.TableBusy as busy:
+            why = str(busy)
+        except OSError as e:
+            why = f"cannot lock the results table {results} ({e.strerror or e})"
+    if lock is not None and args.resume and results.exists():
+        try:   # a table that cannot be read is not resumed: one line, before the run
+            table.read_rows(results, torn_note=lambda _: None)
+        except (OSError, ValueError) as e:
+            why = f"{e}; fix or move the table, or run without --resume"
     if why:  # before the run: bad options fail here, with the field and the values
-        child.call_off()
         print(f"check: {why}", file=sys.stderr)
         return getattr(args, "why_code", EXIT_USAGE)
-    if report is None:   # it ended before it could say what the run is: pytest's own error
-        return child_failed(child)
     args.replacing = None if args.resume else replacing_note(results, args.expected_ids)
     args.stopped = None
-    rc = run_check_child(child, args, results, args.expected_ids)
+    rc = run_check_child(start_child(args, results), args, results, args.expected_ids)
     if rc is None:  # Ctrl-C: what is kept and how to go on are said already
         return EXIT_USAGE
     wall = time.perf_counter() - start

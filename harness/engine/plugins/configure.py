@@ -1,17 +1,16 @@
 """A session's start: a worker joins its controller's run; the controller (or the lone
-process) works out the run, waits for the go when held, and settles it: the scheduling, the
-table, and the controller's hooks (controller.py, xdist_nodes.py), registered as objects
-because they hold the run."""
+process) settles the run: the scheduling, the table, and the controller's hooks
+(controller.py, xdist_nodes.py), registered as objects because they hold the run. Under
+`harness check` the run was planned before this process started (engine/run_plan.py)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 
 import pytest
 
-from harness.engine import fast_exit, held_start, isolation
-from harness.engine.plugins import held, lifecycle, options, schedule
+from harness.engine import isolation
+from harness.engine.plugins import lifecycle, options, schedule
 from harness.engine.plugins.results_table import open_table
 from harness.engine.plugins.worker import prepare_device
 from harness.engine.session import RUN, Run
@@ -30,34 +29,24 @@ def pytest_configure(config):
         config.stash[RUN] = run
         prepare_device(run.worker)
         return
-    bad = held.held_env_error()
-    if bad:
-        lifecycle.stop_now(config, None, bad)
-    if held_start.is_held():
+    if os.environ.get(lifecycle.PARENT_PID_ENV) is not None:
+        if not lifecycle.started_by_check():
+            # Left over in an environment, or its `harness check` has exited already.
+            lifecycle.stop_now(config, None, lifecycle.stray_parent_line())
         # SIGTERM (the plugin's handler makes it Ctrl-C): the rows in flight are written and
         # the workers end, whether `harness check` exited or was killed with -9.
-        lifecycle.die_with_parent(signal.SIGTERM, held.parent_pid())
+        lifecycle.die_with_parent(signal.SIGTERM, lifecycle.parent_pid())
     run = Run(config, False)
     config.stash[RUN] = run
-    if held.workers_start_first(config):
-        # Under `harness check`, with xdist workers and nothing to resume: the workers start
-        # (each importing torch, seconds on a GPU box) while this process works out the run
-        # and its parent decides. Nothing is written before the go either way.
-        prepare_workers(config, run, validated=False)
-        config.pluginmanager.register(SettleBeforeCollection(run), "harness-settle")
-        return
-    held.hold(config)
     if config.getoption("collectonly"):
         return
-    prepare_workers(config, run, validated=True)
+    prepare_workers(config, run)
     settle(config, run)
 
 
-def prepare_workers(config, run: Run, validated: bool) -> None:
+def prepare_workers(config, run: Run) -> None:
     """What xdist's workers inherit or are sent when they are spawned."""
-    if validated:
-        options.check_options(config)
-    # Else checked in the report (held.run_report): a bad value calls the run off before the go.
+    options.check_options(config)
     options.hand_down(config)
     if config.pluginmanager.hasplugin("xdist") and config.getoption("maxworkerrestart", None) is None:
         # Every crash costs a worker; xdist's default (4 per worker) would end the run.
@@ -87,7 +76,7 @@ def name_run(config, run: Run, run_id: str) -> None:
 
 
 def settle(config, run: Run) -> None:
-    """The rest, once released: the scheduling, the table, the controller's hooks."""
+    """The rest: the scheduling, the table, the controller's hooks."""
     schedule.one_case_at_a_time(config, schedule.selected(run))
     resumed_id = open_table(config, run)
     if config.getoption("resume"):
@@ -98,23 +87,3 @@ def settle(config, run: Run) -> None:
     controller = Controller(run)
     config.pluginmanager.register(controller, "harness-controller")
     controller.start_watchdog(config)
-
-
-class SettleBeforeCollection:
-    """Early workers' controller: the report, the go and the rest come after xdist has
-    spawned the workers (its sessionstart) and before the run's loop (collection)."""
-
-    def __init__(self, run: Run):
-        self.run = run
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection(self, session):
-        config = session.config
-        try:
-            held.hold(config)
-        except SystemExit:
-            # Called off: the workers (still starting) go with this process, at once.
-            lifecycle.terminate_workers(config)
-            shutil.rmtree(self.run.state_dir, ignore_errors=True)
-            fast_exit.exit_now(held_start.EXIT_CALLED_OFF)
-        settle(config, self.run)

@@ -1,6 +1,6 @@
 """The pytest process's life: tied to its parent, stopped with one line, left fast.
 
-A worker dies with its controller, a held child with `harness check`; a run that cannot go on
+A worker dies with its controller, the run's process with `harness check`; a run that cannot go on
 leaves one line (STOP_PREFIX) and exit status 2; under `harness check` the process leaves at
 pytest_unconfigure instead of paying the interpreter's teardown (harness/engine/fast_exit.py).
 """
@@ -18,6 +18,9 @@ from harness.engine import fast_exit
 STOP_PREFIX = "harness: error: "
 
 _EXIT_STATUS = pytest.StashKey[int]()
+
+# Set by `harness check` for its pytest child: the pid whose death ends the run.
+PARENT_PID_ENV = "HARNESS_PARENT_PID"
 
 
 def int_or_none(text):
@@ -90,3 +93,18 @@ def pytest_unconfigure(config):
     # The last thing pytest does before it returns its exit status.
     if fast_exit.wanted() and _EXIT_STATUS in config.stash:
         fast_exit.exit_now(config.stash[_EXIT_STATUS])
+
+
+def parent_pid() -> int | None:
+    return int_or_none(os.environ.get(PARENT_PID_ENV))
+
+
+def started_by_check() -> bool:
+    """Whether `harness check` started this process (and so locked the table first)."""
+    return os.environ.get(PARENT_PID_ENV) is not None and parent_pid() == os.getppid()
+
+
+def stray_parent_line() -> str:
+    value = os.environ.get(PARENT_PID_ENV)
+    return (f"{PARENT_PID_ENV}={value!r}: not the pid of this process's parent; it is set by "
+            f"`harness check` for its own pytest child (unset it to run pytest directly)")

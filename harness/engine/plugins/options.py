@@ -7,19 +7,16 @@ from __future__ import annotations
 import os
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
-from harness.engine import isolation
+from harness.engine import run_plan
 from harness.engine.check_options import plugin_options
-from harness.engine.session import check_target_options, declared_options
-from harness.model import budget, target_options
-from harness.results import table
+from harness.engine.session import check_target_options, declared_options, run_shard
+from harness.model import target_options
 
-# The bundled library's platforms (kernels/build.py PLATFORMS), named here so the check
-# needs no import of the library.
-KERNEL_PLATFORMS = ("host", "nvidia", "amd")
+KERNEL_PLATFORMS = run_plan.KERNEL_PLATFORMS
+one_line = run_plan.one_line
 
 
 def pytest_addoption(parser):
@@ -37,18 +34,12 @@ def new_run_id() -> str:
 
 
 def selection_of(config) -> str:
-    return table.selection_slug(*(config.getoption(o) for o in
-                                  ("family", "route", "case_id", "cases_file", "profile")))
-
-
-def one_line(why) -> str:
-    text = " ".join(str(why).split())
-    return text if len(text) <= 500 else text[:497] + "..."
+    return run_plan.selection_of(config.getoption, run_shard())
 
 
 def run_options(config) -> dict:
     """The target options this run was given ({name: value}, the set ones)."""
-    return target_options.given({o.name: config.getoption(o.name) for o in declared_options()})
+    return run_plan.given_options(config.getoption)
 
 
 def check_options(config) -> None:
@@ -66,45 +57,4 @@ def hand_down(config) -> None:
 
 def setup_errors(config) -> str | None:
     """Why this machine's set-up cannot make a run, in one line; None when it can."""
-    plat = os.environ.get("KERNELS_PLATFORM", "").strip()
-    if plat and plat not in KERNEL_PLATFORMS:
-        return f"KERNELS_PLATFORM is {plat!r}; expected one of {', '.join(KERNEL_PLATFORMS)} (or unset)"
-    cache = os.environ.get("KERNELS_CACHE_DIR")
-    if cache:
-        why = _unwritable(Path(cache))
-        if why:
-            return f"KERNELS_CACHE_DIR {cache} cannot hold the kernels' build cache ({why})"
-    timeout = config.getoption("case_timeout")
-    if timeout is not None and not 0 < timeout <= isolation_ceiling():
-        return (f"--case-timeout {timeout:g}: must be above 0 and at most "
-                f"{isolation_ceiling():g} s (the per-case ceiling)")
-    limit = config.getoption("max_case_bytes")
-    if limit is not None and limit <= 0:
-        return f"--max-case-bytes {limit}: must be above 0"
-    path = config.getoption("cases_file")
-    if path:
-        try:
-            budget.load_cases_data(Path(path).read_text(encoding="utf-8"), str(path))
-        except OSError as e:
-            return f"--cases-file {path}: {e.strerror or e}"
-        except UnicodeDecodeError:
-            return f"--cases-file {path}: not UTF-8 text"
-        except budget.CasesFileError as e:
-            return f"--cases-file {e}"
-    return None
-
-
-def isolation_ceiling() -> float:
-    return isolation.CASE_TIMEOUT_CEILING_S
-
-
-def _unwritable(folder: Path) -> str | None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return e.strerror or str(e)
-    if not folder.is_dir():
-        return "not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return "not writable"
-    return None
+    return run_plan.setup_errors(config.getoption)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness.engine.plugins.held import held_start_parent
-from harness.engine.plugins.lifecycle import stop_now
+from harness.engine.plugins.lifecycle import started_by_check, stop_now
 from harness.engine.plugins.options import selection_of
 from harness.engine.session import Run, run_shard
 from harness.results import table
@@ -21,7 +20,7 @@ def open_table(config, run: Run) -> str | None:
     run.default_results = not given and not selection and not run_shard()
     try:
         # For the run's whole life (the descriptor closes with this process): one writer.
-        run.table_lock = table.TableLock.acquire(run.results, adopt_parent=held_start_parent())
+        run.table_lock = table.TableLock.acquire(run.results, adopt_parent=started_by_check())
     except table.TableBusy as busy:
         stop_now(config, run, str(busy))
     except OSError as e:

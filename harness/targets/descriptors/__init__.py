@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 
 from harness.model.target_options import TargetOption, merged
+from harness.targets.base import Target
 
 NAMES = {
     "bundled": "harness.targets.descriptors.bundled",
@@ -28,16 +29,27 @@ def declared_options() -> tuple[TargetOption, ...]:
                   for opt in getattr(importlib.import_module(module), "OPTIONS", ()))
 
 
-class Described:
-    """An in-tree target as its descriptor has it: what selecting its cases reads (name,
-    routes, capabilities, cases()), without its runner, torch or the library."""
+class Described(Target):
+    """An in-tree target as its descriptor has it: what selecting and planning its cases
+    reads (name, routes, capabilities, cases(), its options and their judge, whether it owns
+    its contract, its version and commit), without its runner, torch or the library."""
 
     def __init__(self, module):
+        self.module = module
         self.name, self.routes, self.capabilities = module.NAME, module.ROUTES, module.CAPABILITIES
+        self.options = tuple(getattr(module, "OPTIONS", ()))
+        self.owns_contract = bool(getattr(module, "OWNS_CONTRACT", False))
 
-    def cases(self, families=None, profile: str = "ci") -> list:
-        from harness.targets.base import Target
-        return Target.cases(self, families, profile)   # the families', as the runner's
+    def check_option(self, name: str, value: str) -> None:
+        judge = getattr(self.module, "check_option", None)
+        if judge is not None:
+            judge(name, value)
+
+    def version(self) -> str:
+        return self.module.version()
+
+    def commit(self) -> str:
+        return self.module.commit()
 
 
 def described(spec: str) -> Described | None:

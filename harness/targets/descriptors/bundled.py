@@ -10,6 +10,8 @@ NAME = "bundled"
 ROUTES = BUNDLED_ROUTES
 # Its cases are the families' on ROUTES on every machine: selected without the runner.
 CASES_FROM_DESCRIPTOR = True
+# The cases are its own contract: a valid input it refuses fails the run (Target.owns_contract).
+OWNS_CONTRACT = True
 SIGNATURE = Signature(
     args=plan_run_args(),
     core="plan_run",
@@ -27,3 +29,26 @@ CAPABILITIES = Capabilities(ops=frozenset(ALL_OPS), features=FEATURES - {"metada
 OPTIONS = (TargetOption("disable_guards", metavar="NAMES", label="guards disabled",
                         env="KERNELS_DISABLE_GUARDS",
                         help="all|name,name: run the library without these guards (test use)"),)
+
+
+def check_option(name: str, value: str) -> None:
+    """--disable-guards names guards the library has (or `all`)."""
+    if name != "disable_guards":
+        return
+    from kernels.guards import NAMES   # the names alone: no torch, no build
+    names = {n.strip() for n in value.split(",") if n.strip()}
+    unknown = sorted(names - set(NAMES) - {"all"})
+    if unknown:
+        raise ValueError(f"--disable-guards: unknown guard(s) {unknown}; known: all, "
+                         f"{', '.join(sorted(NAMES))}")
+
+
+def version() -> str:
+    import kernels   # its names load on first use: the version alone imports no torch
+    return kernels.__version__
+
+
+def commit() -> str:
+    # The library lives in this repository, so its commit is the repository's.
+    from harness.model.platform_info import repo_commit
+    return repo_commit()
