@@ -63,6 +63,15 @@ def _case(target: str, case_id: str) -> Case:
     return next(c for c in _all_cases(target) if c.id == case_id)
 
 
+@pytest.fixture
+def generated_once(monkeypatch):
+    """`repro` looks a case id up among every case of the target (session.all_cases): here
+    from _all_cases' list, generated once per test process, not again at each command.
+    The lookup, its miss and what repro does with the case are unchanged."""
+    from harness.engine import session
+    monkeypatch.setattr(session, "all_cases", lambda target: list(_all_cases(target.name)))
+
+
 def _run_isolated(path: Path, tmp_path: Path, **env):
     # No site (so no editable-install .pth), site-packages alone on the path, cwd outside the
     # checkout: the harness is not importable unless the script puts the library's folder there.
@@ -143,6 +152,48 @@ def test_a_case_the_adapter_cannot_write_names_why():
         script_text(case, load_target("bundled"), {"outcome": "silent"}, "harness repro x")
 
 
+def _shared_tail(texts: list[str]) -> str:
+    """The longest text every one of `texts` ends with (binary search: endswith is C)."""
+    first, low, high = texts[0], 0, min(map(len, texts))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if all(t.endswith(first[len(first) - mid:]) for t in texts):
+            low = mid
+        else:
+            high = mid - 1
+    return first[len(first) - low:]
+
+
+def _parse_each(texts: list[str]) -> None:
+    """ast.parse(text) for every text, the ~90 kB they all end with (the pasted core) parsed
+    once: the same verdict as parsing each whole, at a fraction of the cost.
+
+    Why it is the same: the shared tail is cut where it parses alone, at a line start. A
+    text's head (what comes before) that parses alone ends outside any bracket, string or
+    continuation, so head + tail tokenizes as the two token streams one after the other and
+    parses as the two modules' statements: the whole parses. A head that does not parse
+    alone is parsed whole (a cut inside one of its constructs must not fail a good text),
+    so a text that does not parse fails here as ast.parse(text) fails."""
+    tail = _shared_tail(texts)
+    at = 0
+    while True:   # the tail from its first line start where it parses alone
+        at = tail.find("\n", at) + 1
+        if at == 0:
+            tail = ""
+            break
+        try:
+            ast.parse(tail[at:])
+        except SyntaxError:
+            continue
+        tail = tail[at:]
+        break
+    for text in texts:
+        try:
+            ast.parse(text[:len(text) - len(tail)])
+        except SyntaxError:
+            ast.parse(text)
+
+
 def test_every_bundled_case_gets_a_script():
     """Mis-planned runs, multi-call scenarios, features, merge and mixed batches included:
     the script's call() is the adapter's own code (the plan_run core, pasted)."""
@@ -151,11 +202,13 @@ def test_every_bundled_case_gets_a_script():
     for c in _all_cases("bundled"):
         assert standalone_unsupported(c) is None, c.id
         by_family.setdefault((c.family, c.op, bool(c.params.get("scenario"))), c)
+    texts = []
     for c in by_family.values():
         text = standalone_call_source(c)
-        ast.parse(text)
+        texts.append(text)
         assert "import harness" not in text and "from harness" not in text.replace(
             "# from harness", ""), c.id
+    _parse_each(texts)
     assert "def perturb(c, q" in text and "class Buffers:" in text and "def run_scenario(" in text
 
 
@@ -167,7 +220,8 @@ def _args(**over) -> argparse.Namespace:
 
 
 def test_repro_standalone_writes_the_script_and_keeps_the_exit_code(tmp_path, capsys,
-                                                                  forked_children):
+                                                                  forked_children,
+                                                                  generated_once):
     # The row's child forks from a warm server (tests/warm_children.py); the script is
     # made from its row as from a spawned child's.
     from harness.tools.repro import cmd_repro
@@ -183,7 +237,7 @@ def test_repro_standalone_writes_the_script_and_keeps_the_exit_code(tmp_path, ca
 
 
 def test_repro_standalone_on_an_unwritable_case_is_one_line_exit_2(tmp_path, capsys,
-                                                                   monkeypatch):
+                                                                   monkeypatch, generated_once):
     from harness.tools import standalone
     from harness.tools.repro import cmd_repro
     monkeypatch.setattr(standalone, "MAX_INPUT_BYTES", 1024)     # every case is too large
@@ -209,7 +263,8 @@ def test_one_script_per_failure_class(tmp_path):
 
 
 def test_repro_standalone_refuses_a_case_over_the_ceiling_before_building_it(tmp_path, capsys,
-                                                                            monkeypatch):
+                                                                            monkeypatch,
+                                                                            generated_once):
     """The check skips it for size; the script would build it all the same: one line,
     exit 2, before the child or the problem is made."""
     from harness.model import budget
