@@ -18,11 +18,25 @@ from harness import cli
 ADAPTER = Path(__file__).parent / "user_targets" / "tinyvllm.py"
 
 
+def _selection() -> list:
+    """The cases both libraries run: the bf16 cases of the families the signature reaches
+    (misplanned, restaged_indptr), and the values cases that put a NaN or inf past the last
+    token of a block (normal_tail_*) on the decode route. One check per library runs them
+    all (a cases file holds both selections): each check is a pytest child of its own."""
+    from harness.targets import load_target
+    target = load_target(f"{ADAPTER}:make_target")
+    return [c for c in target.cases(["misplanned", "restaged_indptr"], "ci") if "bf16" in c.id] \
+        + [c for c in target.cases(["values"], "ci")
+           if "normal_tail_" in c.id and c.route == "tiny.batch_decode"]
+
+
 def _check(tmp_path, factory: str) -> dict:
     table = tmp_path / f"{factory}.jsonl"
+    cases = tmp_path / "cases.json"
+    if not cases.exists():
+        cases.write_text(json.dumps([c.to_json() for c in _selection()]))
     rc = cli.main(["check", "--target", f"{ADAPTER}:{factory}", "-n", "0",
-                   "--family", "misplanned,restaged_indptr", "--case-id", "bf16",
-                   "--results", str(table)])
+                   "--cases-file", str(cases), "--results", str(table)])
     rows = {}
     for line in table.read_text().splitlines():
         row = json.loads(line)
@@ -76,17 +90,12 @@ def test_a_causal_flag_planned_the_other_way_is_found_where_it_changes_the_answe
     assert all(r["pass"] for r in _variant_rows(fixed, "misplanned.causal"))
 
 
-def test_nan_past_the_last_token_of_a_block_is_found(tmp_path):
+def test_nan_past_the_last_token_of_a_block_is_found(runs):
     # (e) run() weights the slots past a request's length by 0 instead of leaving them out:
     # a NaN or inf there (values.normal_tail_*) reaches every row that reads that block.
-    found = {}
-    for factory in ("make_target", "make_fixed_target"):
-        table = tmp_path / f"{factory}.jsonl"
-        cli.main(["check", "--target", f"{ADAPTER}:{factory}", "-n", "0", "--family", "values",
-                  "--case-id", "normal_tail_", "--route", "tiny.batch_decode",
-                  "--results", str(table)])
-        found[factory] = {json.loads(line)["case_id"]: json.loads(line)["outcome"]
-                          for line in table.read_text().splitlines()}
+    found = {factory: {i: r["outcome"] for i, r in runs[factory][1].items()
+                       if "/values.normal_tail_" in i and r["route"] == "tiny.batch_decode"}
+             for factory in ("make_target", "make_fixed_target")}
     ran = {i for i, o in found["make_fixed_target"].items() if o != "skipped"}
     assert ran and all(found["make_fixed_target"][i] == "match" for i in ran)
     assert {found["make_target"][i] for i in ran} == {"wrong"}, found["make_target"]
