@@ -26,9 +26,14 @@ def test_an_adapters_attribute_error_is_ours_in_a_repro_child(tmp_path, capsys):
     adapter = tmp_path / "broken_adapter.py"
     adapter.write_text(ADAPTER)
     from harness.targets import load_target
-    ids = [c.id for c in load_target(str(adapter)).cases(["valid"], "ci")]
+    case = load_target(str(adapter)).cases(["valid"], "ci")[0]
+    # The case handed to the child (--case-json), as check hands its workers theirs: looking
+    # an id up among every profile's cases (repro's other way in) is no part of the subject,
+    # and would generate all of them again in the child.
+    (tmp_path / "case.json").write_text(json.dumps([case.to_json()]))
     capsys.readouterr()
-    cli.main(["repro", ids[0], "--target", str(adapter), "--json"])
+    cli.main(["repro", case.id, "--target", str(adapter), "--json",
+              "--case-json", str(tmp_path / "case.json")])
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["outcome"] == "harness_error" and row["severity"] == "harness", row
     assert "AttributeError" in row["message"] and "broken_adapter.py:9" in row["message"]
