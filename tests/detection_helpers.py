@@ -6,6 +6,8 @@ import test_kernels_routes.
 """
 from __future__ import annotations
 
+import json
+
 from cases import generate
 from harness.engine.execute import execute_case
 from harness.engine import forkserver
@@ -51,3 +53,27 @@ def failures_with_guards_on(cases, target, monkeypatch) -> list[str]:
         if not r.passed:
             failures.append(f"{case.id}: {r.outcome} {r.message}")
     return failures
+
+
+def keep_references(kept: dict, monkeypatch) -> None:
+    """execute_case's reference and baseline of a problem computed the first time a case
+    of it is judged, and read back from `kept` after: a module that judges the same cases
+    on the faultless library and under several faults pays for each reference once (it
+    was 30-40% of judging a case). The key is what build_problem makes the problem from,
+    its params and seed, and where it lives: the reference is a function of those alone,
+    whatever library ran the case. `kept` lives as long as its owner (a module fixture)."""
+    from harness.engine import execute
+    from harness.model import reference
+
+    def kept_one(name: str):
+        compute = getattr(reference, name)
+
+        def read_or_compute(problem):
+            key = (name, problem.seed, str(problem.device),
+                   json.dumps(problem.params, sort_keys=True, default=repr))
+            if key not in kept:
+                kept[key] = compute(problem)
+            return kept[key]
+        return read_or_compute
+    for name in ("attention_reference", "attention_baseline"):
+        monkeypatch.setattr(execute, name, kept_one(name))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from cases import generate
+from detection_helpers import keep_references
 from harness.engine.execute import execute_case
 from harness.model.routes import BUNDLED_ROUTES, op_of
 from harness.targets import load_target
@@ -71,9 +72,17 @@ def feature_cases():
     return generate(["features"])
 
 
-def _run(cases, fault, monkeypatch):
+@pytest.fixture(scope="module")
+def references() -> dict:
+    """Each feature case's reference, computed once for this module's runs of it
+    (detection_helpers.keep_references)."""
+    return {}
+
+
+def _run(cases, fault, monkeypatch, references):
     monkeypatch.setenv("KERNELS_TESTONLY", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    keep_references(references, monkeypatch)
     target = load_target("bundled")
     with testonly.fault_library(fault):
         return [(c, execute_case(c, target, "cpu")) for c in cases]
@@ -95,24 +104,31 @@ def test_every_feature_fault_has_a_feature():
 
 @pytest.mark.parametrize("fault", testonly.FEATURE_FAULTS)
 def test_fault_fails_its_feature_and_passes_every_case_without_it(fault, feature_cases,
-                                                                  monkeypatch):
+                                                                  monkeypatch, references):
     feature = FEATURE_OF[fault]
     must, routes = MUST_FAIL[fault]
-    # Every case with the feature runs: those are the detection. Of the cases without it,
-    # two per route and set of features: they show the fault stays inside its feature on
-    # every route and beside every other feature; the faultless test below runs them all.
-    results = _run([c for c in feature_cases if feature in c.requires]
-                   + _sample_per_route([c for c in feature_cases if feature not in c.requires]),
-                   fault, monkeypatch)
+
+    def reaches(c) -> bool:
+        return c.expect == "match" and must(c.params) and c.route in routes
+    # Every case the defect reaches runs: those are the detection. Of the other cases with
+    # the feature, and of those without it, the first of each route and set of features:
+    # they show the fault stays inside the inputs it reaches, on every route and beside
+    # every other feature; the faultless test below runs them all.
+    with_feature = [c for c in feature_cases if feature in c.requires]
+    results = _run([c for c in with_feature if reaches(c)]
+                   + _sample_per_route([c for c in with_feature if not reaches(c)], 1)
+                   + _sample_per_route([c for c in feature_cases if feature not in c.requires], 1),
+                   fault, monkeypatch, references)
     with_it = [(c, r) for c, r in results if feature in c.requires]
     without = [(c, r) for c, r in results if feature not in c.requires]
     assert with_it and without
+    assert {c.route for c, _ in without} == {c.route for c in feature_cases}
     # Without the feature the fault is not there: every such case (refusals too) passes.
     failing_without = [(c.id, r.outcome, r.message[:80]) for c, r in without if not r.passed]
     assert not failing_without, failing_without[:5]
     # With it, every case the defect reaches is wrong, on every route that carries it.
-    reached = [(c, r) for c, r in with_it
-               if c.expect == "match" and must(c.params) and c.route in routes]
+    reached = [(c, r) for c, r in with_it if reaches(c)]
+    assert len(reached) == sum(map(reaches, with_feature))
     assert {c.route for c, _ in reached} == routes
     missed = [c.id for c, r in reached if r.passed]
     assert not missed, missed[:5]
@@ -121,9 +137,10 @@ def test_fault_fails_its_feature_and_passes_every_case_without_it(fault, feature
     assert {r.outcome for c, r in with_it if not r.passed} == {"wrong"}
 
 
-def test_the_faultless_test_only_library_passes_every_feature_case(feature_cases, monkeypatch):
+def test_the_faultless_test_only_library_passes_every_feature_case(feature_cases, monkeypatch,
+                                                                   references):
     """The same library with no fault active: the failures above are the faults'."""
-    results = _run(feature_cases, None, monkeypatch)
+    results = _run(feature_cases, None, monkeypatch, references)
     failing = [(c.id, r.outcome, r.message[:80]) for c, r in results if not r.passed]
     assert not failing, failing[:5]
 
