@@ -35,9 +35,9 @@ import os
 import sys
 
 from harness.tools.options import (EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, DEFAULT_TARGET,
-                                   EXIT_EMPTY, absolute_path, add_run_options, add_selection,
-                                   add_target_options, count,
-                                   positive_seconds, select, selection_errors, workers)
+                                   EXIT_EMPTY, add_run_options, add_selection,
+                                   add_target_options, positive_seconds, select,
+                                   selection_errors)
 
 
 # ------------------------------------------------------------------ list
@@ -99,7 +99,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
-    from harness.tools.sanitizer import TOOLS as SANITIZER_TOOLS
     ap = Parser(prog="harness",
                 description="Differential correctness harness for attention kernels")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -111,29 +110,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run the case matrix under pytest-xdist and summarize")
     add_selection(p)
     add_target_options(p)
-    add_run_options(p)   # the options its pytest child takes too (engine/check_options.py)
-    p.add_argument("-n", default="auto", type=workers,
-                   help="xdist workers: auto, logical or a number [auto]; 0 runs in the one "
-                        "pytest process")
-    p.add_argument("--reruns", type=count(0), default=0,
-                   help="reruns of a failing case [0]; every attempt is kept and a failing "
-                        "attempt fails the row")
-    p.add_argument("--strict", action="store_true",
-                   help="capability and clarity findings fail the run for every target")
-    p.add_argument("--results-dir", default=None, type=absolute_path,
-                   help="folder for tables [./results]")
-    p.add_argument("--html", default=None, help="render this run's HTML report here")
-    p.add_argument("--markdown", default=None, help="render this run's Markdown summary here")
-    p.add_argument("--ledger", default=None, help="known-failures ledger [cases/known_failures.json]")
-    p.add_argument("--sanitizer", default=None, choices=SANITIZER_TOOLS,
-                   help="after the run, replay each failing row under NVIDIA compute-sanitizer "
-                        "with this tool and keep its first report in the row (GPU only)")
-    p.add_argument("--sanitizer-all", action="store_true",
-                   help="with --sanitizer: replay every row, not only the failing ones")
-    p.add_argument("--junitxml", default=None, metavar="FILE",
-                   help="also write the rows as JUnit XML here (docs/ci.md)")
-    p.add_argument("--summary-json", default=None, metavar="FILE",
-                   help="also write the run's summary JSON here (schema: docs/ci.md)")
+    add_run_options(p)   # every other option of check's (engine/check_options.py TABLE)
     p.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     p.set_defaults(func=_command("harness.tools.check", "cmd_check"))
 

@@ -128,3 +128,16 @@ def test_an_option_entry_is_frozen_and_names_its_dest():
     assert opt.dest == "case_id"
     with pytest.raises(dataclasses.FrozenInstanceError):
         opt.flag = "--other"   # type: ignore[misc]
+
+
+def test_every_option_of_check_is_an_entry_of_the_table_or_a_targets():
+    """No option of `harness check` is declared by hand beside the table: each flag is a
+    TABLE entry (its own, pytest=False, included) or an in-tree target's option."""
+    from harness.engine.session import declared_options
+    flags = {f for f in check_actions() if f not in ("-h", "--help")}
+    table = {o.flag for o in check_options.TABLE if o.cli}
+    targets = {o.flag for o in declared_options()}
+    assert flags == table | targets, sorted(flags ^ (table | targets))
+    own = {o.flag for o in check_options.TABLE if o.cli and not o.pytest}
+    assert {"-n", "--reruns", "--html", "--junitxml", "--summary-json", "--strict"} <= own
+    assert not own & set(pytest_declared())   # pytest's own or check's alone: never the plugin's

@@ -62,6 +62,25 @@ def count(minimum: int):
     return parse
 
 
+def workers(text: str) -> str:
+    """argparse type for -n: auto, logical, or a whole number of xdist workers (0: none)."""
+    if text in ("auto", "logical"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be auto, logical or a whole number of workers, "
+                                         f"got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more workers, got {value}")
+    return str(value)
+
+
+# NVIDIA compute-sanitizer's tools `check --sanitizer` replays a row under
+# (harness/tools/sanitizer.py).
+SANITIZER_TOOLS = ("memcheck", "initcheck", "racecheck")
+
+
 # ---- the table ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -139,6 +158,29 @@ TABLE: tuple[CheckOption, ...] = (
                 pytest_type=int),
     CheckOption("--no-replay", "skip culprit replay of crashes (rows get isolation '' unless "
                 "alone)", action="store_true", cli=False),
+    # `harness check`'s alone: what it settles itself (pytest's own -n and --reruns it
+    # hands to the child in harness/tools/check.py pytest_command), or what it does
+    # with the table after the run.
+    CheckOption("-n", "xdist workers: auto, logical or a number [auto]; 0 runs in the one "
+                "pytest process", default="auto", type=workers, pytest=False),
+    CheckOption("--reruns", "reruns of a failing case [0]; every attempt is kept and a "
+                "failing attempt fails the row", default=0, type=count(0), pytest=False),
+    CheckOption("--strict", "capability and clarity findings fail the run for every target",
+                action="store_true", pytest=False),
+    CheckOption("--results-dir", "folder for tables [./results]", type=absolute_path,
+                pytest=False),
+    CheckOption("--html", "render this run's HTML report here", pytest=False),
+    CheckOption("--markdown", "render this run's Markdown summary here", pytest=False),
+    CheckOption("--ledger", "known-failures ledger [cases/known_failures.json]", pytest=False),
+    CheckOption("--sanitizer", "after the run, replay each failing row under NVIDIA "
+                "compute-sanitizer with this tool and keep its first report in the row (GPU "
+                "only)", choices=SANITIZER_TOOLS, pytest=False),
+    CheckOption("--sanitizer-all", "with --sanitizer: replay every row, not only the failing "
+                "ones", action="store_true", pytest=False),
+    CheckOption("--junitxml", "also write the rows as JUnit XML here (docs/ci.md)",
+                metavar="FILE", pytest=False),
+    CheckOption("--summary-json", "also write the run's summary JSON here (schema: docs/ci.md)",
+                metavar="FILE", pytest=False),
 )
 
 
@@ -148,7 +190,7 @@ def selection() -> tuple[CheckOption, ...]:
 
 
 def run_options() -> tuple[CheckOption, ...]:
-    """`harness check`'s other options from the table (its own alone stay in harness/cli.py)."""
+    """`harness check`'s other options: those its pytest child takes too, and its own."""
     return tuple(o for o in TABLE if o.cli and not o.selection)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.engine import check_options
 from harness.engine.check_options import (absolute_path, count,  # noqa: F401 (the CLI's types)
-                                          positive_seconds, shard_spec)
+                                          positive_seconds, shard_spec, workers)
 from harness.engine.child import child_env  # noqa: F401  (one environment for every child)
 
 from harness.model.routes import DEFAULT_TARGET  # noqa: E402,F401
@@ -38,7 +38,7 @@ def add_selection(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    """`check`'s options its pytest child takes too (harness/engine/check_options.py)."""
+    """`check`'s other options (harness/engine/check_options.py)."""
     for opt in check_options.run_options():
         p.add_argument(opt.flag, **opt.cli_kwargs())
 
@@ -71,20 +71,6 @@ def check_target_options(args) -> None:
     """The target judges its options: ValueError naming the option and the value."""
     from harness.engine.session import check_target_options as check
     check(target_options(args), args.target)
-
-
-def workers(text: str) -> str:
-    """argparse type for -n: auto, logical, or a whole number of xdist workers (0: none)."""
-    if text in ("auto", "logical"):
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be auto, logical or a whole number of workers, "
-                                         f"got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more workers, got {value}")
-    return str(value)
 
 
 def select(args):

@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from harness.engine.check_options import SANITIZER_TOOLS
 from harness.model.routes import DEFAULT_TARGET
 from harness.results import table
 from harness.results.sanitizer_report import report_of, where_text  # noqa: F401
 from harness.results.repro_command import options_of, repro_args
 
-TOOLS = ("memcheck", "initcheck", "racecheck")
+TOOLS = SANITIZER_TOOLS   # declared with check's options (harness/engine/check_options.py)
 EXECUTABLE = "compute-sanitizer"
 ERROR_EXITCODE = 99
 REPLAY_TIMEOUT_S = 600.0
