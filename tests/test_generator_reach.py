@@ -8,7 +8,8 @@ and the library fixes they needed.
   scale        8k contexts, 256+ requests, page ids past 65,535 on every paged route;
                profile "full" adds 32k-128k contexts and element offsets past 2^31
   faults       each test-only kernel fault (KERNELS_TESTONLY_FAULT) is caught by the family
-               of its axis and by none of valid's normal-values cases
+               of its axis and by none of valid's normal-values cases (the first of each
+               route, variant and dtype)
   plan()       picks a split that fits the float workspace it is given
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 import torch
 
 from cases import generate, load_family
+from detection_helpers import keep_references
 from harness.engine.execute import execute_case
 from harness.model.problem import EMIN, build_problem, normalize
 from harness.model.reference import attention_reference
@@ -41,6 +43,14 @@ host_only = pytest.mark.skipif(detect()[0] != "host", reason="runs the host libr
 @pytest.fixture(scope="module")
 def target():
     return load_target("bundled")
+
+
+@pytest.fixture(scope="module")
+def references() -> dict:
+    """Each case's reference, computed once for this module's runs of it: the faultless
+    run and the fault runs judge the same values and edge_rows cases
+    (detection_helpers.keep_references)."""
+    return {}
 
 
 def _by_family(family, **kw):
@@ -225,9 +235,10 @@ def test_scale_reach():
 # test_features_detection's check-child test and the system tier.
 
 @host_only
-def test_new_families_pass_with_guards_on(target, monkeypatch):
+def test_new_families_pass_with_guards_on(target, monkeypatch, references):
     for k in ("KERNELS_DISABLE_GUARDS", KERNEL_FAULT_ENV, "KERNELS_TESTONLY"):
         monkeypatch.delenv(k, raising=False)
+    keep_references(references, monkeypatch)
     cases = generate(NEW)
     assert cases
     results = [(c, execute_case(c, target, "cpu")) for c in cases]
@@ -255,28 +266,48 @@ def test_every_kernel_fault_has_an_axis():
     assert set(EXPOSED_BY) == set(KERNEL_FAULTS)
 
 
-def _rows_under_fault(families, fault, target, monkeypatch) -> list[dict]:
+def _first_of_each_route_variant_and_dtype(cases) -> list:
+    """The first case (generation order) of each (route, variant, dtype)."""
+    kept: dict = {}
+    for c in cases:
+        kept.setdefault((c.route, c.variant, c.params["dtype"]), c)
+    return list(kept.values())
+
+
+def _rows_under_fault(family, fault, target, monkeypatch, references) -> list[dict]:
     """Each case's row fields, judged here as a worker would (execute_case) with the
     test-only library's `fault` active in this process (testonly.fault_library): no check
     child per fault. That a check child picks a fault up from its environment is
-    test_features_detection's test_a_check_child_with_the_fault_in_its_environment_... ."""
+    test_features_detection's test_a_check_child_with_the_fault_in_its_environment_... .
+
+    Every case of `family` runs: its cases are the detection, and those the fault must not
+    reach are its controls. Of valid, the first case of each route, variant and dtype
+    (about half of them): they show normal values miss the fault on every route, in every
+    dtype, for every kind of valid case. What is left out is most of valid's grid, more
+    lengths and head dims of the same normal values on the two single routes; values' own
+    normal cases, run in full, cross every route with every dtype."""
     from kernels import testonly
     for k in ("KERNELS_DISABLE_GUARDS", KERNEL_FAULT_ENV):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("KERNELS_TESTONLY", "1")
+    keep_references(references, monkeypatch)
+    cases = _first_of_each_route_variant_and_dtype(generate(("valid",))) + generate((family,))
     with testonly.fault_library(fault):
-        results = [(c, execute_case(c, target, "cpu")) for c in generate(families)]
+        results = [(c, execute_case(c, target, "cpu")) for c in cases]
     return [{"case_id": c.id, "family": c.family, "route": c.route, "params": c.params,
              "pass": r.passed, "outcome": r.outcome} for c, r in results]
 
 
 @host_only
 @pytest.mark.parametrize("fault", KERNEL_FAULTS)
-def test_fault_is_caught_by_its_family_and_missed_by_normal_values(fault, target, monkeypatch):
+def test_fault_is_caught_by_its_family_and_missed_by_normal_values(fault, target, monkeypatch,
+                                                                   references):
     family, may_fail, routes = EXPOSED_BY[fault]
-    rows = _rows_under_fault(("valid", family), fault, target, monkeypatch)
+    rows = _rows_under_fault(family, fault, target, monkeypatch, references)
     failing = [r for r in rows if not r["pass"]]
     assert failing
+    # every route's valid cases ran beside the family's
+    assert {r["route"] for r in rows if r["family"] == "valid"} == set(BUNDLED_ROUTES)
     missed = [r["case_id"] for r in failing if r["family"] == "valid"]
     assert not missed, missed[:5]     # valid's N(0, 1), non-empty rows never reach the fault
     assert {r["route"] for r in failing} == routes
