@@ -27,6 +27,7 @@ case lists its features in Case.requires, so a target without one skips it by ca
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 from typing import Iterator
 
@@ -233,17 +234,32 @@ def covering_rows(op: str) -> tuple:
     names = tuple(levels)
     candidates = list(itertools.product(*levels.values()))
     at = names.index("dtype")
-    need = {pair for row in candidates for pair in _pairs(row, names)}
-    seen = {pair: set() for pair in need}
+    pairs = [tuple(_pairs(row, names)) for row in candidates]
+    seen = {pair: set() for row_pairs in pairs for pair in row_pairs}
+
+    def gain(i: int) -> int:
+        dtype = candidates[i][at]
+        return sum(1 for pr in pairs[i] if len(seen[pr]) < 2 and dtype not in seen[pr])
+
+    # Lazy greedy: a candidate's gain only falls as rows are taken, so a stale gain is an
+    # upper bound. The top of the heap, once its fresh gain still tops it, is the max() of
+    # the plain greedy, ties to the first candidate: the same rows, without re-scoring all.
+    heap = [(-gain(i), i) for i in range(len(candidates))]
+    heapq.heapify(heap)
     rows = []
-    while any(len(d) < 2 for d in seen.values()):
-        def gain(row):
-            return sum(1 for pr in _pairs(row, names) if len(seen[pr]) < 2
-                       and row[at] not in seen[pr])
-        best = max(candidates, key=gain)
-        for pr in _pairs(best, names):
-            seen[pr].add(best[at])
-        rows.append(dict(zip(names, best)))
+    short = len(seen)   # pairs met in fewer than two dtypes
+    while short:
+        stale, i = heapq.heappop(heap)
+        fresh = gain(i)
+        if -stale != fresh:
+            heapq.heappush(heap, (-fresh, i))
+            continue
+        for pr in pairs[i]:
+            before = len(seen[pr])
+            seen[pr].add(candidates[i][at])
+            short -= before < 2 <= len(seen[pr])
+        rows.append(dict(zip(names, candidates[i])))
+        heapq.heappush(heap, (-gain(i), i))
     return tuple(rows)
 
 
