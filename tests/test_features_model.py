@@ -385,3 +385,29 @@ def test_flaggems_passes_softcap_and_q_head_slopes_and_skips_another_alibi_conve
     res = execute_case(Case("fg.single_prefill", "t", "noncausal", {**params, "causal": False},
                             requires=("alibi", "softcap")), target, "cpu")
     assert res.outcome == "skipped" and "convention" in res.message and len(rec.kw) == 2
+
+
+def _plain_greedy(op: str) -> tuple:
+    """The covering rows as the plain greedy picks them: every candidate re-scored per row."""
+    import itertools
+    from cases import features
+    levels = features._levels(op)
+    names = tuple(levels)
+    candidates = list(itertools.product(*levels.values()))
+    at = names.index("dtype")
+    seen = {pr: set() for row in candidates for pr in features._pairs(row, names)}
+    rows = []
+    while any(len(d) < 2 for d in seen.values()):
+        best = max(candidates, key=lambda row: sum(
+            1 for pr in features._pairs(row, names) if len(seen[pr]) < 2 and row[at] not in seen[pr]))
+        for pr in features._pairs(best, names):
+            seen[pr].add(best[at])
+        rows.append(dict(zip(names, best)))
+    return tuple(rows)
+
+
+@pytest.mark.parametrize("op", ["single_prefill", "batch_decode"])
+def test_the_lazy_covering_picks_the_plain_greedys_rows(op):
+    # Case ids name the rows' order: the faster pick must be the same pick.
+    from cases import features
+    assert features.covering_rows(op) == _plain_greedy(op)
