@@ -132,15 +132,26 @@ def test_a_huge_page_is_estimated_above_its_real_need(monkeypatch):
     assert peak <= estimate <= 4 * peak, (peak, estimate)
 
 
-@pytest.mark.parametrize("case_id", [
+LARGEST_CI = [
     "fa2.single_decode/scale.long_kv/fp16-d128-h8x1-b1-k8k-lse",
     "fa2.batch_decode/valid.page_ids_past_64k/fp32-d128-h4x1-p1-b2",
     "fa2.ragged_prefill/scale.long_kv/bf16-d64-h4x4-b2-k5k-lse",
-])
-def test_the_largest_ci_cases_peak_below_their_estimate(monkeypatch, case_id):
-    from harness.engine.session import all_cases
+]
+
+
+@pytest.fixture(scope="module")
+def largest_ci_cases():
+    """The cases above by id, from the bundled target's ci profile: only their families are
+    generated (an id is route/family.variant/tag), once for the module, not every profile's
+    cases once per id (session.all_cases: a second each)."""
     from harness.targets import load_target
-    case = next(c for c in all_cases(load_target("bundled")) if c.id == case_id)
+    families = sorted({i.split("/")[1].split(".")[0] for i in LARGEST_CI})
+    return {c.id: c for c in load_target("bundled").cases(families, "ci") if c.id in LARGEST_CI}
+
+
+@pytest.mark.parametrize("case_id", LARGEST_CI)
+def test_the_largest_ci_cases_peak_below_their_estimate(monkeypatch, case_id, largest_ci_cases):
+    case = largest_ci_cases[case_id]
     estimate = budget.case_bytes_estimate(dict(case.params), case.op)
     rows = []
     peak = peak_bytes(lambda: rows.append(_bundled_row(case, monkeypatch, 1 << 40)))
