@@ -34,6 +34,27 @@ def shown_command() -> list[str]:
     return shlex.split(lines[0])[1:]
 
 
+@pytest.fixture(scope="module")
+def kept_cases() -> dict:
+    return {}
+
+
+@pytest.fixture
+def cases_once(monkeypatch, kept_cases):
+    """repro looks the case id up in every profile's cases (session.all_cases, about a
+    CPU-second to generate); both runs here look it up among the bundled target's, which
+    are the same whatever its options: generated once for the module, by the same function."""
+    from harness.engine import session
+    real = session.all_cases
+
+    def all_cases(target):
+        key = (target.name, tuple(target.routes), repr(target.capabilities.dtypes))
+        if key not in kept_cases:
+            kept_cases[key] = real(target)
+        return kept_cases[key]
+    monkeypatch.setattr(session, "all_cases", all_cases)
+
+
 def repro(argv: list[str]) -> dict:
     from harness import cli
     out, err = io.StringIO(), io.StringIO()
@@ -44,7 +65,7 @@ def repro(argv: list[str]) -> dict:
     return rows[0]
 
 
-def test_the_readme_row_is_what_its_command_writes(monkeypatch):
+def test_the_readme_row_is_what_its_command_writes(monkeypatch, cases_once):
     monkeypatch.setenv(GUARDS_ENV, "")   # restored after, whatever repro sets
     shown, argv = shown_row(), shown_command()
     assert "--json" in argv and shown["case_id"] in argv
@@ -53,7 +74,8 @@ def test_the_readme_row_is_what_its_command_writes(monkeypatch):
         assert row.get(column) == value, (column, row.get(column), value)
 
 
-def test_with_the_guards_on_the_same_case_is_refused_naming_q_and_its_stride(monkeypatch):
+def test_with_the_guards_on_the_same_case_is_refused_naming_q_and_its_stride(monkeypatch,
+                                                                          cases_once):
     monkeypatch.delenv(GUARDS_ENV, raising=False)
     shown = shown_row()
     row = repro(["repro", shown["case_id"], "--json"])
