@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
 from cases import family_names, generate
@@ -20,10 +21,17 @@ FEATURES = ("softcap", "sinks", "alibi", "fp8_kv", "multi_token_decode", "custom
 BEGIN, END = "<!-- case-counts -->", "<!-- /case-counts -->"
 
 
+@lru_cache(maxsize=None)
+def profile_cases(profile: str) -> tuple:
+    """Every case of the profile on the bundled target's routes, generated once for the
+    table and the totals both."""
+    return tuple(generate(None, BUNDLED_ROUTES, profile=profile))
+
+
 def table(profile: str = "ci") -> str:
     """Markdown: cases per family, then cases per feature (a case using several features
     counts under each), for the bundled target's routes."""
-    cases = generate(None, BUNDLED_ROUTES, profile=profile)
+    cases = profile_cases(profile)
     fams = Counter(c.family for c in cases)
     feats = Counter(f for c in cases for f in c.requires if f in FEATURES)
     lines = ["| family | cases |", "| --- | ---: |"]
@@ -46,8 +54,7 @@ def test_readme_case_count_table_is_current():
 
 def test_readme_profile_totals_are_current():
     text = FAMILIES.read_text()
-    ci = len(generate(None, BUNDLED_ROUTES, profile="ci"))
-    full = len(generate(None, BUNDLED_ROUTES, profile="full"))
+    ci, full = len(profile_cases("ci")), len(profile_cases("full"))
     m = re.search(r"`--profile ci` \(the\s+default\s+without\s+a\s+GPU\)\s+has\s+(\d+)\s+cases", text)
     assert m and int(m.group(1)) == ci, (m and m.group(1), ci)
     m = re.search(r"`--profile full` \(the\s+default\s+with\s+a\s+GPU\)\s+has\s+(\d+)", text)
