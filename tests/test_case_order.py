@@ -3,6 +3,7 @@ starts last or waits behind another."""
 from __future__ import annotations
 
 import types
+from functools import lru_cache
 
 from xdist.scheduler.load import LoadScheduling
 
@@ -13,8 +14,14 @@ from harness.engine.plugin import HEAVY_WORK, _one_case_at_a_time, heaviest_firs
 from harness.model.routes import BUNDLED_ROUTES
 
 
+@lru_cache(maxsize=1)
+def _full_cases() -> tuple:
+    """Generated once for the module's three tests (cases are frozen; each test gets a list)."""
+    return tuple(generate(None, BUNDLED_ROUTES, profile="full"))
+
+
 def _full_profile():
-    return generate(None, BUNDLED_ROUTES, profile="full")
+    return list(_full_cases())
 
 
 def test_heavy_cases_come_first_heaviest_first_each_followed_by_a_light_one():
