@@ -110,12 +110,14 @@ def test_fault_fails_its_feature_and_passes_every_case_without_it(fault, feature
 
     def reaches(c) -> bool:
         return c.expect == "match" and must(c.params) and c.route in routes
-    # Every case the defect reaches runs: those are the detection. Of the other cases with
-    # the feature, and of those without it, the first of each route and set of features:
-    # they show the fault stays inside the inputs it reaches, on every route and beside
-    # every other feature; the faultless test below runs them all.
+    # Of the cases the defect reaches (the detection), the first two of each route and set
+    # of features: the fault is caught on every route that carries it, beside every other
+    # feature. Of the other cases with the feature, and of those without it, the first of
+    # each: they show the fault stays inside the inputs it reaches, on every route and
+    # beside every other feature. The faultless test below runs every case;
+    # test_kernels_features holds each defect to its feature on hand-built inputs.
     with_feature = [c for c in feature_cases if feature in c.requires]
-    results = _run([c for c in with_feature if reaches(c)]
+    results = _run(_sample_per_route([c for c in with_feature if reaches(c)], 2)
                    + _sample_per_route([c for c in with_feature if not reaches(c)], 1)
                    + _sample_per_route([c for c in feature_cases if feature not in c.requires], 1),
                    fault, monkeypatch, references)
@@ -128,7 +130,6 @@ def test_fault_fails_its_feature_and_passes_every_case_without_it(fault, feature
     assert not failing_without, failing_without[:5]
     # With it, every case the defect reaches is wrong, on every route that carries it.
     reached = [(c, r) for c, r in with_it if reaches(c)]
-    assert len(reached) == sum(map(reaches, with_feature))
     assert {c.route for c, _ in reached} == routes
     missed = [c.id for c, r in reached if r.passed]
     assert not missed, missed[:5]
