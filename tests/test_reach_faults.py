@@ -162,8 +162,8 @@ def near_sample(near: list) -> list:
     """The near cases run under a fault: the first of each (route, family, variant, dtype),
     in generation order. Passing under the fault is a property of each near case, and this
     keeps every route, code path (family and variant) and dtype of the near set; the
-    variants' other axes (head sizes, layouts, lse or not) repeat those paths (218 of the 421 near runs
-    are kept; the rest were ~40% of the module's time)."""
+    variants' other axes (head sizes, layouts, lse or not) repeat those paths. 218 of the
+    421 near runs are kept; the rest were ~40% of the module's time."""
     seen, out = set(), []
     for c in near:
         key = (c.route, c.family, c.variant, c.params["dtype"])
