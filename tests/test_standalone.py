@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from harness.engine import child
+# Bound at import: generated_once replaces session.all_cases with a reader of _all_cases.
+from harness.engine.session import all_cases as generate_all_cases
 from harness.model.case import Case
 from harness.targets.base import Target
 from harness.tools.standalone import (Unavailable, assert_harness_hidden, decode_tensor,
@@ -54,9 +56,8 @@ def _row(target: str, guards: str | None, case_id: str) -> dict:
 def _all_cases(target: str) -> tuple:
     """Every case of the target, generated once per test process (about 2 CPU-seconds for
     the bundled one; Case is frozen, so the tests share them safely)."""
-    from harness.engine.session import all_cases
     from harness.targets import load_target
-    return tuple(all_cases(load_target(target)))
+    return tuple(generate_all_cases(load_target(target)))
 
 
 def _case(target: str, case_id: str) -> Case:

@@ -20,8 +20,9 @@ from dataclasses import replace
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
+from harness.engine.session import all_cases as generate_all_cases
 from harness.model.case import Case
 from harness.model.classify import OUTCOMES
 from harness.targets.base import Target
@@ -79,9 +80,10 @@ def _plain(value):
     return value
 
 
-def _shape(text: str) -> str:
-    """The script's AST with every str / None constant masked: its code, not its data."""
-    tree = ast.parse(text)
+def _shape(text: str, tree: ast.AST | None = None) -> str:
+    """The script's AST (`tree`, when parsed already; masked in place) with every str / None
+    constant masked: its code, not its data."""
+    tree = ast.parse(text) if tree is None else tree
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, str)):
             node.value = "S"
@@ -114,25 +116,30 @@ def _plain_shape_and_comments(plain_text: str) -> tuple[str, tuple]:
     return _shape(plain_text), tuple(_comments(plain_text))
 
 
-def _assert_inert(text: str, plain_text: str) -> None:
+def _assert_inert(text: str, plain_text: str):
+    """Asserts the script is the plain one's code and comments; returns its compiled code
+    (parsed once: the tree is compiled, then masked)."""
     assert text.isascii(), "data reached the script other than as an ascii() literal"
-    compile(text, "<hostile script>", "exec")
+    tree = ast.parse(text)
+    code = compile(tree, "<hostile script>", "exec")
     plain_shape, plain_comments = _plain_shape_and_comments(plain_text)
-    assert _shape(text) == plain_shape, "the case's text changed the script's code"
+    assert _shape(text, tree) == plain_shape, "the case's text changed the script's code"
     got, want = _comments(text), list(plain_comments)
     assert got[0] in HEADLINES and got[1:] == want[1:], "the case's text reached a comment"
+    return code
 
 
-def _run_top_level(text: str) -> list:
+def _run_top_level(text: str, code=None) -> list:
     """Executes the script's top level (main() is not called) with PWNED defined; returns
-    its calls. The environment and sys.path it sets are put back."""
+    its calls. The environment and sys.path it sets are put back. `code`: the text's own
+    compiled code, when compiled already."""
     calls = []
     module = types.ModuleType("hostile_script")     # dataclasses look their module up
     module.PWNED = lambda *a: calls.append(a)
     env, path = dict(os.environ), list(sys.path)
     sys.modules[module.__name__] = module
     try:
-        exec(compile(text, "<hostile script>", "exec"), module.__dict__)
+        exec(code or compile(text, "<hostile script>", "exec"), module.__dict__)
     finally:
         del sys.modules[module.__name__]
         os.environ.clear()
@@ -157,8 +164,29 @@ def _plain_script(plain_json: str) -> str:
     return _make(_Stand(plain["target"], plain["version"]), plain)
 
 
-@settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", 500)), deadline=None,
+def _every_field(text: str) -> dict:
+    """Fields that all hold `text` (the route, target and guards as the strategy makes them)."""
+    return {"route": "fa2." + text, "family": text, "variant": text, "tag": text,
+            "refuse_words": [text, text], "outcome": text, "message": text, "commit": text,
+            "stage": text, "guards": "all", "command": text, "target": "t" + text,
+            "version": text}
+
+
+def _with_every_piece(test):
+    """The strategy's own alphabet, each time: every piece and injection alone in every field
+    (what ends a literal at a field's end: a lone backslash), and all of them joined, forwards
+    and backwards (each next to others). The random draws below add their mixes."""
+    pieces = PIECES + INJECTIONS
+    for text in [*pieces, "".join(pieces), "".join(reversed(pieces))]:
+        test = example(_every_field(text))(test)
+    return test
+
+
+# The explicit examples catch each piece's mistakes every run; the draws, the mixes of pieces
+# and arbitrary text (each finds a writer that mishandles a piece within tens of draws).
+@settings(max_examples=int(os.environ.get("HOSTILE_EXAMPLES", 150)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
+@_with_every_piece
 @given(fields_strategy)
 def test_hostile_fields_reach_a_script_only_as_data(fields):
     # The verbatim parts no case can reach (the reference's functions, the verdict code) are
@@ -169,8 +197,8 @@ def test_hostile_fields_reach_a_script_only_as_data(fields):
         plain = {k: _plain(v) for k, v in fields.items()}
         plain["route"] = "fa2.x"
         plain_text = _plain_script(json.dumps(plain, sort_keys=True))
-    _assert_inert(text, plain_text)
-    assert _run_top_level(text) == []
+    code = _assert_inert(text, plain_text)
+    assert _run_top_level(text, code) == []
 
 
 EXPLOIT_TAG = "x\n'''\nPWNED(); import os; os.system('echo pwned')\n'''"
@@ -214,17 +242,75 @@ def test_the_registry_adapters_embed_hostile_cases_as_data(target_name):
         return script_text(c, target, row, "harness repro x", {"disable_guards": "g"})
 
     plain = script("x", "x", "x", ["x", "x"])
-    shape, comments = _shape(plain), _comments(plain)
+    compile(plain, "<plain script>", "exec")
 
     @settings(max_examples=12, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(hostile, hostile, hostile, st.lists(hostile, min_size=2, max_size=2))
     def check(tag, family, variant, words):
-        text = script(tag, family, variant, words)
-        compile(text, "<hostile script>", "exec")
-        assert _shape(text) == shape
-        assert _comments(text) == comments
+        _assert_same_code_and_comments(script(tag, family, variant, words), plain)
     check()
+
+
+@functools.lru_cache(maxsize=64)
+def _parses_alone(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
+
+
+def _shared_tail(text: str, plain: str) -> str:
+    """The longest suffix of both texts that starts a line and parses alone ('' if none)."""
+    low, high = 0, min(len(text), len(plain))
+    while low < high:      # the longest common suffix (endswith is C; the texts are ~100 kB)
+        mid = (low + high + 1) // 2
+        if text.endswith(plain[len(plain) - mid:]):
+            low = mid
+        else:
+            high = mid - 1
+    at = len(plain) - low
+    if at and plain[at - 1] != "\n":
+        at = plain.find("\n", at) + 1
+    while at and not _parses_alone(plain[at:]):
+        at = plain.find("\n", at) + 1
+    return plain[at:] if at else ""
+
+
+@functools.lru_cache(maxsize=8)
+def _statements_and_comments(text: str) -> tuple[list[str], list[str]]:
+    """Each top-level statement's masked AST (as _shape masks it) and the comments."""
+    tree = ast.parse(text)
+    _shape(text, tree)
+    return [ast.dump(node) for node in tree.body], _comments(text)
+
+
+def _assert_same_code_and_comments(text: str, plain: str) -> None:
+    """What compile(text), _shape(text) == _shape(plain) and the same comments assert, for
+    scripts that share a long tail (a registry adapter's pasted core, ~100 kB): the tail is
+    read once, each script's head (what comes before it) alone.
+
+    Why it is the same: the tail is a suffix of both that starts a line and parses alone; a
+    head that parses alone ends outside any bracket, string or continuation, so head + tail
+    tokenizes as the two token streams one after the other: the script's statements are the
+    head's and then the tail's, and its comments the head's and then the tail's. The plain
+    script compiles whole (the caller's), so both compile where the heads do. A head that
+    does not parse alone is checked whole, as before."""
+    tail = _shared_tail(text, plain)
+    head, plain_head = text[:len(text) - len(tail)], plain[:len(plain) - len(tail)]
+    try:
+        tree = ast.parse(head)
+    except SyntaxError:
+        compile(text, "<hostile script>", "exec")
+        assert _shape(text) == _shape(plain)
+        assert _comments(text) == _comments(plain)
+        return
+    compile(tree, "<hostile script>", "exec")
+    _shape(head, tree)
+    want_statements, want_comments = _statements_and_comments(plain_head)
+    assert [ast.dump(node) for node in tree.body] == want_statements
+    assert _comments(head) == want_comments
 
 
 @given(hostile)
@@ -258,11 +344,21 @@ def test_a_class_slug_that_is_not_a_plain_name_becomes_a_digest():
     assert shown("id\x1b[2J\u202e\n") == "id\\x1b[2J\\u202e\\n"
 
 
-def test_report_repros_of_a_hostile_table_write_inert_scripts(tmp_path):
+@functools.lru_cache(maxsize=None)
+def _all_cases(target_name: str) -> tuple:
+    from harness.targets import load_target
+    return tuple(generate_all_cases(load_target(target_name)))
+
+
+def test_report_repros_of_a_hostile_table_write_inert_scripts(tmp_path, monkeypatch):
     """`report --repros`: a row whose message and commit hold the exploit and NUL bytes
     gives a script that compiles and whose top level calls nothing it was handed; guards
     that are no guard names give one line, not a script."""
+    from harness.engine import session
     from harness.tools.standalone import write_class_repros
+    # Each write_class_repros looks the class's case up among every case of the target: here
+    # generated once for both tables, not again for the second.
+    monkeypatch.setattr(session, "all_cases", lambda target: list(_all_cases(target.name)))
     case_id = "fa2.single_prefill/edge_rows.kv_empty/fp16-d64-h4x2-b1-lse"
     row = {"case_id": case_id, "route": "fa2.single_prefill", "family": "edge_rows",
            "outcome": "wrong", "pass": False, "severity": "correctness", "stage": "run",
