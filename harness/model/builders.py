@@ -235,6 +235,16 @@ def canary_pattern(n: int, dtype: torch.dtype) -> torch.Tensor:
     return raw.to(bits).view(dtype)
 
 
+def _unravel(flat: int, shape: tuple) -> tuple:
+    """The row-major index of element `flat` in `shape` (torch.unravel_index imports sympy,
+    ~0.8 CPU-s, in every process it first runs in)."""
+    index = []
+    for size in reversed(shape):
+        flat, at = divmod(flat, size)
+        index.append(at)
+    return tuple(reversed(index))
+
+
 def _bits_of(t: torch.Tensor) -> torch.Tensor:
     if t.dtype == torch.bool:
         return t.to(torch.uint8)
@@ -393,8 +403,7 @@ def _gap_writes(g: _Gaps) -> list[str]:
     if not written.numel():
         return []
     row, col = (int(x) for x in written[0])
-    first = tuple(int(i) for i in torch.unravel_index(torch.tensor(row * g.step + col + 1),
-                                                      tuple(g.wide.shape)))
+    first = _unravel(row * g.step + col + 1, tuple(g.wide.shape))
     return [f"gaps of strided {g.name}: {written.shape[0]} of {slots.numel()} skipped slots "
             f"written (the library ignored its stride {g.step}), first at {list(first)} of "
             f"the [..., {g.wide.shape[-1]}] buffer it was cut from"]

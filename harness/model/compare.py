@@ -63,8 +63,9 @@ def compare(got: torch.Tensor, expected: torch.Tensor, tol: float,
     max_abs = float(d.max()) if n_total else 0.0
     first = None
     if n_wrong:
-        flat = int(wrong.flatten().nonzero()[0])
-        first = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(exp.shape)))
+        # nonzero() lists indices in row-major order: its first is the first wrong element
+        # (torch.unravel_index would import sympy, ~0.8 CPU-s, in every process it runs in).
+        first = tuple(int(i) for i in wrong.nonzero()[0])
     return Comparison(n_wrong == 0, max_abs, n_wrong, n_total, first, tolerance=tol,
                       rel_error=_rel_error(d, exp, exp_finite), baseline_error=baseline_error)
 

@@ -510,8 +510,7 @@ def compare(name, got, exp, tol):
                     torch.where(wrong, float("inf"), 0.0))
     first = None
     if bool(wrong.any()):
-        flat = int(wrong.flatten().nonzero()[0])
-        first = tuple(int(x) for x in torch.unravel_index(torch.tensor(flat), tuple(exp.shape)))
+        first = tuple(int(x) for x in wrong.nonzero()[0])   # row-major: the first wrong one
     return int(wrong.sum()), exp.numel(), float(d.max()) if d.numel() else 0.0, first
 
 
