@@ -194,7 +194,10 @@ def test_vocabulary_names_must_be_a_tuple_of_words():
         Capabilities(ops=frozenset(), vocabulary={"num_kv_heads": "kv_heads"})
 
 
-def test_check_target_names_what_the_adapter_does_wrong(monkeypatch, capfd, fresh_user_modules):
+def test_check_target_names_what_the_adapter_does_wrong(monkeypatch, capfd, fresh_user_modules,
+                                                       forked_children):
+    # The cases run in a child forked from a warm interpreter (tests/warm_children.py): it
+    # loads the adapter from its file with IGNORED_PARAMS set, as a spawned child would.
     monkeypatch.setenv("IGNORED_PARAMS", "mismatch")
     bad = harness_here(capfd, "check-target", str(USER / "ignoring.py"), "--per-family", "1")
     assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
