@@ -22,7 +22,9 @@ def make_target():
     return Broken()
 '''
 
-def test_an_adapters_attribute_error_is_ours_in_a_repro_child(tmp_path, capsys):
+def test_an_adapters_attribute_error_is_ours_in_a_repro_child(tmp_path, capsys, forked_children):
+    # The child is forked from a warm interpreter (tests/warm_children.py) and loads the
+    # adapter from its file itself, as a spawned one does.
     adapter = tmp_path / "broken_adapter.py"
     adapter.write_text(ADAPTER)
     from harness.targets import load_target
