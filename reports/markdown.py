@@ -116,6 +116,29 @@ class _Budget:
         self.add("")
 
 
+class _Lazy:
+    """A table's rows, each made only when the budget reads it: a 20,000-row table shows a
+    few hundred rows, and says how many it left out (its length is known up front)."""
+
+    def __init__(self, items, make, n: int):
+        self.items, self.make, self.n = items, make, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return (self.make(item) for item in self.items)
+
+
+def _frame_rows(df: pd.DataFrame, make) -> _Lazy:
+    """make(row) for each row of df, as plain dicts a chunk at a time (iterrows builds a
+    Series a row)."""
+    def records():
+        for start in range(0, len(df), 256):
+            yield from df.iloc[start:start + 256].to_dict("records")
+    return _Lazy(records(), make, len(df))
+
+
 def _groups_table(out: _Budget, groups: dict) -> None:
     out.add(f"### Runs side by side: {len(groups['columns'])} groups")
     out.add("")
@@ -207,13 +230,15 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
         out.add(f"### Failure classes: {causes_text(len(classes))}")
         out.add("")
         scripts = [_script_cell(c, repros, md_path) for c in classes] if repros else []
+        with_scripts = any(scripts)
         out.table("Failure classes", ["severity", "class", "outcome", "rows", "routes", "where",
-                                      "message", "example"] + (["script"] if any(scripts) else []), [
-            [_cell(c.group), _code(c.label),
-             f"**{_cell(c.outcome)}**" + (f" ({_cell(c.differs)})" if c.differs else ""),
-             str(c.n_rows), _cell(", ".join(c.routes)), _where(c), _cell(c.example_message),
-             _code(repro_command(c.rows.iloc[0]))] + ([scripts[i]] if any(scripts) else [])
-            for i, c in enumerate(classes)], share=0.25)
+                                      "message", "example"] + (["script"] if with_scripts else []),
+                  _Lazy(enumerate(classes), lambda ic: (
+            [_cell(ic[1].group), _code(ic[1].label),
+             f"**{_cell(ic[1].outcome)}**" + (f" ({_cell(ic[1].differs)})" if ic[1].differs else ""),
+             str(ic[1].n_rows), _cell(", ".join(ic[1].routes)), _where(ic[1]),
+             _cell(ic[1].example_message), _code(repro_command(ic[1].rows.iloc[0]))]
+            + ([scripts[ic[0]]] if with_scripts else [])), len(classes)), share=0.25)
 
     if base_df is not None:
         changes = compare(base_df, df)
@@ -252,13 +277,12 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
         header = ["route", "case"] + (["arch"] if multi else []) + [
             "outcome", "severity", "isolation", "max \\|diff\\|", "wrong/total", "message"] + (
             ["sanitizer"] if sanitized else []) + ["repro"]
-        out.table("Failures", header, [
+        out.table("Failures", header, _frame_rows(failing, lambda r: (
             [_cell(r["route"]), _code(r["case_id"])] + ([_cell(r["arch"])] if multi else [])
             + [f"**{_cell(r['outcome'])}**", _cell(r["severity"]), _cell(r["isolation"]),
                _diffs(r), fmt_wrong(r), _cell(r["message"])]
             + ([_sanitizer_cell(r["sanitizer"])] if sanitized else [])
-            + [_code(repro_command(r))]
-            for _, r in failing.iterrows()], share=0.4)
+            + [_code(repro_command(r))])), share=0.4)
 
     out.add("### Route × outcome")
     out.add("")
@@ -280,11 +304,11 @@ def render_markdown(df: pd.DataFrame, base_df: pd.DataFrame | None = None,
             for _, r in table.iterrows()])
     else:
         rows = sort_failures_first(df)
-        out.table("All cases", ["route", "case", "outcome", "max \\|diff\\|", "wrong/total"], [
-            [_cell(r["route"]), _code(r["case_id"]),
-             _cell(r["outcome"]) + (" (known)" if _is_known(r) else ""),
-             _diffs(r), fmt_wrong(r)]
-            for _, r in rows.iterrows()])
+        out.table("All cases", ["route", "case", "outcome", "max \\|diff\\|", "wrong/total"],
+                  _frame_rows(rows, lambda r: [
+                      _cell(r["route"]), _code(r["case_id"]),
+                      _cell(r["outcome"]) + (" (known)" if _is_known(r) else ""),
+                      _diffs(r), fmt_wrong(r)]))
 
     if out.left_out:
         out.lines.append("Left out: " + "; ".join(out.left_out) + ". The HTML report has every row.")
