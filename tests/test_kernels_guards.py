@@ -406,6 +406,7 @@ def run_isolated(call, disable: str) -> tuple[int, str]:
                 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
                 faulthandler.disable()          # pytest's handler: the default death is the subject
                 torch.set_num_threads(1)        # a forked child has no OpenMP pool threads
+                signal.alarm(120)               # a hung child dies of SIGALRM: a failure, not a hang
                 os.environ["KERNELS_DISABLE_GUARDS"] = disable
                 call()
                 code = 0
