@@ -80,14 +80,17 @@ def _plain(value):
     return value
 
 
-def _shape(text: str, tree: ast.AST | None = None) -> str:
-    """The script's AST (`tree`, when parsed already; masked in place) with every str / None
-    constant masked: its code, not its data."""
-    tree = ast.parse(text) if tree is None else tree
+def _masked(tree: ast.AST) -> ast.AST:
+    """The tree with every str / None constant masked (in place): its code, not its data."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, str)):
             node.value = "S"
-    return ast.dump(tree)
+    return tree
+
+
+def _shape(text: str, tree: ast.AST | None = None) -> str:
+    """The script's masked AST (`tree`: the text's, when parsed already; masked in place)."""
+    return ast.dump(_masked(ast.parse(text) if tree is None else tree))
 
 
 def _comments(text: str) -> list[str]:
@@ -281,9 +284,7 @@ def _shared_tail(text: str, plain: str) -> str:
 @functools.lru_cache(maxsize=8)
 def _statements_and_comments(text: str) -> tuple[list[str], list[str]]:
     """Each top-level statement's masked AST (as _shape masks it) and the comments."""
-    tree = ast.parse(text)
-    _shape(text, tree)
-    return [ast.dump(node) for node in tree.body], _comments(text)
+    return [ast.dump(node) for node in _masked(ast.parse(text)).body], _comments(text)
 
 
 def _assert_same_code_and_comments(text: str, plain: str) -> None:
@@ -307,9 +308,8 @@ def _assert_same_code_and_comments(text: str, plain: str) -> None:
         assert _comments(text) == _comments(plain)
         return
     compile(tree, "<hostile script>", "exec")
-    _shape(head, tree)
     want_statements, want_comments = _statements_and_comments(plain_head)
-    assert [ast.dump(node) for node in tree.body] == want_statements
+    assert [ast.dump(node) for node in _masked(tree).body] == want_statements
     assert _comments(head) == want_comments
 
 
