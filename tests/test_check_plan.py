@@ -118,3 +118,27 @@ def test_a_refused_run_with_workers_starts_no_process(tmp_path):
     assert done.returncode == 2 and "no_such_family" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "r.jsonl").exists()
     assert _processes_marked(mark) == []
+
+
+def test_all_cases_is_made_once_per_process_per_declaration():
+    from harness.engine.session import all_cases
+    from harness.targets import load_target
+    from harness.targets.base import Target
+
+    made = []
+
+    class Counting(Target):
+        name = "counting"
+        routes = ("fa2.single_prefill",)
+
+        def cases(self, families=None, profile="ci"):
+            made.append(profile)
+            return load_target("bundled").cases(["valid"], profile)[:3]
+
+    first, again = all_cases(Counting()), all_cases(Counting())
+    assert [c.id for c in first] == [c.id for c in again] and first
+    calls = len(made)
+    assert calls >= 1
+    other = type("Other", (Counting,), {"name": "other"})
+    all_cases(other())
+    assert len(made) == 2 * calls   # another declaration: made afresh

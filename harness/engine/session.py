@@ -92,15 +92,34 @@ def select_cases(target_name: str, families=None, routes=None, case_id=None,
     return cases
 
 
+# Per process: a repro, shrink or standalone session looks ids up again and again (every
+# profile's cases of the bundled target take ~1.5 s to make).
+_ALL_CASES: dict = {}
+
+
 def all_cases(target) -> list:
     """Every case the target has in any profile, each id once: where an id from any table,
-    or from a person, is looked up (the full profile does not hold every ci case)."""
+    or from a person, is looked up (the full profile does not hold every ci case). Made once
+    per process for a target of one class, name, routes and capabilities (what its cases are
+    made from)."""
     import cases as families
+    try:
+        # repr: a declaration may hold dicts (Capabilities.metadata), which do not hash.
+        key = (type(target), getattr(target, "name", None), tuple(target.routes),
+               repr(target.capabilities), families.generate)
+        hash(key)
+    except Exception:  # noqa: BLE001 - an adapter's odd declaration: made afresh each time
+        key = None
+    if key is not None and key in _ALL_CASES:
+        return list(_ALL_CASES[key])
     seen: dict = {}
     for profile in families.PROFILES:
         for case in target.cases(None, profile):
             seen.setdefault(case.id, case)
-    return list(seen.values())
+    made = tuple(seen.values())
+    if key is not None:
+        _ALL_CASES[key] = made
+    return list(made)
 
 
 def run_shard() -> str | None:
