@@ -11,7 +11,7 @@ import torch
 import kernels
 from kernels import testonly
 from kernels.build import detect
-from test_kernels_routes import close, close_lse, make_paged, rand, workspace
+from test_kernels_routes import assert_close, close, close_lse, make_paged, rand, workspace
 
 pytestmark = pytest.mark.skipif(detect()[0] != "host", reason="host-platform library tests")
 
@@ -100,7 +100,7 @@ def test_fully_masked_row_with_a_sink_gives_zero_and_the_sink():
     (o, lse), (ro, rl) = _single_prefill("sinks", True, -1, L=9, S=7)
     # rows 0 and 1 sit before key 0: nothing to attend.
     assert torch.equal(o[:2].float(), torch.zeros_like(o[:2].float()))
-    torch.testing.assert_close(lse[:2], sinks_for(4).expand(2, 4))
+    assert_close(lse[:2], sinks_for(4).expand(2, 4))
     close(o, ro, torch.float16)
     close_lse(lse, rl)
 
@@ -199,7 +199,7 @@ def test_paged_prefill_sink_on_a_fully_masked_row_and_an_empty_request():
     (o, lse), (ro, rl) = _paged_prefill(qo=(6, 2), kv=(4, 0), chunk=2, run_kw=dict(sinks=s), rkw=dict(sinks=s))
     close(o, ro, torch.float16)
     close_lse(lse, rl)
-    torch.testing.assert_close(lse[6:], s.expand(2, 4))  # the empty request: lse is the sink
+    assert_close(lse[6:], s.expand(2, 4))  # the empty request: lse is the sink
 
 
 @pytest.mark.parametrize("fp8", FP8, ids=["e4m3", "e5m2"])
@@ -288,7 +288,7 @@ def test_batch_decode_sink_on_an_empty_request_and_a_window():
     (o, lse), (ro, rl) = _decode(kv=(20, 0, 9), window=5, chunk=8, run_kw=dict(sinks=s), rkw=dict(sinks=s))
     close(o, ro, torch.float16)
     close_lse(lse, rl)
-    torch.testing.assert_close(lse[1], s)
+    assert_close(lse[1], s)
 
 
 @pytest.mark.parametrize("fp8", FP8, ids=["e4m3", "e5m2"])

@@ -37,15 +37,40 @@ def ref_attention(q, k, v, causal=False, window_left=-1, sm_scale=None):
     return torch.einsum("hqk,khd->qhd", p, v), lse.T.contiguous()
 
 
+# torch.testing.assert_close's default (rtol, atol) per dtype.
+DEFAULT_TOL = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),
+               torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7)}
+
+
+def assert_close(got, want, rtol=None, atol=None):
+    """torch.testing.assert_close's check of the CPU tensors compared here: the same shape,
+    dtype and device, and |got - want| <= atol + rtol * |want| at every element (a NaN is
+    never close; equal infinities are). Its first call imports torch.distributed.tensor
+    and sympy, ~0.9 CPU-s in every process that calls it; torch.isclose is the same test."""
+    assert (got.shape, got.dtype, got.device) == (want.shape, want.dtype, want.device), \
+        ((got.shape, got.dtype, got.device), (want.shape, want.dtype, want.device))
+    if rtol is None:
+        rtol, atol = DEFAULT_TOL[want.dtype]
+    ok = torch.isclose(got, want, rtol=rtol, atol=atol)
+    if not bool(ok.all()):
+        bad = (~ok).nonzero()
+        first = tuple(bad[0].tolist())
+        diff = (got.double() - want.double()).abs()[~ok].nan_to_num(float("inf"))
+        raise AssertionError(f"tensors not close: {len(bad)} of {ok.numel()} elements differ, "
+                             f"the first at {first} (got {got[first].item()}, want "
+                             f"{want[first].item()}); greatest |diff| {diff.max().item()} "
+                             f"(rtol {rtol}, atol {atol})")
+
+
 def close(got, want, dtype):
     tol = TOL[dtype]
-    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+    assert_close(got.double(), want, rtol=tol, atol=tol)
 
 
 def close_lse(got, want):
     fin = torch.isfinite(want)
     assert torch.equal(torch.isfinite(got), fin)
-    torch.testing.assert_close(got.double()[fin], want[fin], rtol=1e-4, atol=1e-4)
+    assert_close(got.double()[fin], want[fin], rtol=1e-4, atol=1e-4)
 
 
 def rand(*shape, dtype=torch.float16, gen=None):
@@ -209,8 +234,8 @@ def test_split_kv_matches_unsplit():
         w.plan(qo_indptr, pg.indptr, pg.indices, pg.last, hq, hkv, d, 16, causal=True, max_kv_chunk=chunk)
         outs.append(w.run(q, pg.cache, return_lse=True))
         assert w._plan_sched["split"] == (chunk == 100)
-    torch.testing.assert_close(outs[0][0].float(), outs[1][0].float(), rtol=2e-3, atol=2e-3)
-    torch.testing.assert_close(outs[0][1], outs[1][1], rtol=1e-4, atol=1e-4)
+    assert_close(outs[0][0].float(), outs[1][0].float(), rtol=2e-3, atol=2e-3)
+    assert_close(outs[0][1], outs[1][1], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
@@ -286,10 +311,10 @@ def test_merge_state_handles_minus_inf():
     wa, wb = (sa - m).exp().nan_to_num(0), (sb - m).exp().nan_to_num(0)
     want = (va * wa[..., None] + vb * wb[..., None]) / (wa + wb)[..., None]
     want[0, 0] = 0
-    torch.testing.assert_close(v, want, rtol=1e-5, atol=1e-5)
+    assert_close(v, want, rtol=1e-5, atol=1e-5)
     assert s[0, 0] == -math.inf and torch.allclose(s[1, 1], sb[1, 1])
     kernels.merge_state_in_place(va, sa, vb, sb)
-    torch.testing.assert_close(va, v)
+    assert_close(va, v)
 
 
 def test_decode_first_mixed_batch():
