@@ -36,7 +36,7 @@ SLOW = {
     "test_generator_reach.py::test_new_families_pass_with_guards_on": 15,
     # Makes the runs the module's other tests share (tests/shared_run.py).
     "test_declared_target.py::test_each_planted_bug_is_found": 14,
-    "test_features_detection.py::test_the_faultless_test_only_library_passes_every_feature_case": 14,
+    "test_features_detection.py::test_the_faultless_test_only_library_passes_every_case_the_faults_run": 5,
     "test_standalone_hostile.py::test_the_registry_adapters_embed_hostile_cases_as_data": 13,
     "test_table_names.py::test_without_a_repository_the_commit_is_unknown_and_said_once": 12,
     "test_standalone.py::test_repro_standalone_writes_the_script_and_keeps_the_exit_code": 11,
