@@ -7,6 +7,8 @@ import torch.nn.functional as F
 
 from harness.model.problem import build_problem
 from harness.model.reference import NoReference, attention_reference, merge_reference, visible_mask
+# torch.testing.assert_close's check without its first call's imports (~0.9 CPU-s a process).
+from test_kernels_routes import assert_close
 
 BASE = {"dtype": "fp32", "head_dim": 16, "num_qo_heads": 4}
 
@@ -45,7 +47,7 @@ def test_reference_matches_sdpa(params):
     problem = build_problem({**BASE, **params}, seed=1, device="cpu")
     ref = attention_reference(problem)
     assert ref["o"].dtype == torch.float64
-    torch.testing.assert_close(ref["o"], sdpa_expected(problem), rtol=1e-10, atol=1e-10)
+    assert_close(ref["o"], sdpa_expected(problem), rtol=1e-10, atol=1e-10)
 
 
 def loop_reference(problem):
@@ -91,8 +93,8 @@ def test_reference_matches_scalar_loop(params):
     problem = build_problem({**BASE, "head_dim": 4, "num_qo_heads": 2, **params}, seed=7, device="cpu")
     ref = attention_reference(problem)
     o, lse = loop_reference(problem)
-    torch.testing.assert_close(ref["o"], o, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(ref["lse"], lse, rtol=1e-12, atol=1e-12)
+    assert_close(ref["o"], o, rtol=1e-12, atol=1e-12)
+    assert_close(ref["lse"], lse, rtol=1e-12, atol=1e-12)
 
 
 def test_fully_masked_rows_give_zero_and_minus_inf():
@@ -117,7 +119,7 @@ def test_undividable_heads_use_the_spread_mapping(hq, hkv):
     kv = h * hkv // hq
     q, k, v = (t.double() for t in (problem.q[0][:, h], problem.k[0][:, kv], problem.v[0][:, kv]))
     p = torch.softmax(q @ k.T * problem.sm_scale, dim=-1)
-    torch.testing.assert_close(ref["o"][:, h], p @ v)
+    assert_close(ref["o"][:, h], p @ v)
 
 
 def test_no_kv_heads_build_but_have_no_reference():
@@ -138,8 +140,8 @@ def test_merge_reference_equals_attention_over_the_union():
         parts.append(attention_reference(part))
     merged = merge_reference(parts[0]["o"], parts[0]["lse"], parts[1]["o"], parts[1]["lse"])
     ref = attention_reference(whole)
-    torch.testing.assert_close(merged["o"], ref["o"])
-    torch.testing.assert_close(merged["lse"], ref["lse"])
+    assert_close(merged["o"], ref["o"])
+    assert_close(merged["lse"], ref["lse"])
 
 
 def test_merge_reference_of_two_empty_states():
@@ -188,8 +190,8 @@ def test_long_requests_are_computed_in_row_blocks(monkeypatch):
     monkeypatch.setattr(reference, "_LOGITS_BUDGET", 2 * 4 * 12)    # two rows per block
     blocked = attention_reference(problem)
     # Blocked matmuls may round differently in the last fp64 bits, nothing more.
-    torch.testing.assert_close(blocked["o"], whole["o"], rtol=1e-13, atol=1e-13)
-    torch.testing.assert_close(blocked["lse"], whole["lse"], rtol=1e-13, atol=1e-13)
+    assert_close(blocked["o"], whole["o"], rtol=1e-13, atol=1e-13)
+    assert_close(blocked["lse"], whole["lse"], rtol=1e-13, atol=1e-13)
     assert whole["o"].shape == (9, 4, 16)
 
 
