@@ -23,13 +23,6 @@ KERNEL_PLATFORMS = ("host", "nvidia", "amd")
 Getter = Callable[[str], object]
 
 
-def given_options(get: Getter) -> dict:
-    """The target options a run was given ({name: value}, the set ones)."""
-    from harness.model.target_options import given
-    from harness.targets.descriptors import declared_options
-    return given({o.name: get(o.name) for o in declared_options()})
-
-
 def selection_of(get: Getter, shard: str | None = None) -> str:
     """What a partial run selected, as its table's name says it ("" for a full run): one
     rule for `harness check` and a plain pytest run, so both name one table alike."""
@@ -102,7 +95,7 @@ def plan(get: Getter, shard: str | None = None) -> dict:
     (engine/identity.py describe); or {"error": one line} when it cannot be made."""
     import pytest
     from harness.engine import identity
-    from harness.engine.session import csv_list, select_cases
+    from harness.engine.session import csv_list, given_options, select_cases
     from harness.model import platform_info
     from harness.model.shard import cost
     spec = str(get("target"))

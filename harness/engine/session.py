@@ -50,6 +50,13 @@ def declared_options() -> tuple:
     return declared()
 
 
+def given_options(get) -> dict:
+    """The target options a run was given ({name: value}, the set ones); get(name) reads an
+    option's value (pytest's config.getoption, or an attribute of check's parsed args)."""
+    from harness.model.target_options import given
+    return given({o.name: get(o.name) for o in declared_options()})
+
+
 def default_profile() -> str:
     """"full" with a GPU (thousands of cases in minutes), "ci" without (asked without
     importing torch: platform_info.gpu_visible)."""
@@ -176,8 +183,7 @@ class Run:
 
     def options(self) -> dict:
         """The target options this run was given ({name: value}, the set ones)."""
-        from harness.model.target_options import given
-        return given({o.name: self.opt(o.name) for o in declared_options()})
+        return given_options(self.opt)
 
     def target(self):
         if self._target is None:
@@ -188,12 +194,6 @@ class Run:
         """The library under test as the table's name says it (engine/identity.py)."""
         from harness.engine import identity
         return identity.describe(self.target(), self.opt("target"))
-
-    def costs(self) -> dict:
-        """case id -> estimated cost (harness/model/shard.py), the same units --shard balances:
-        what `harness check`'s ETA weighs the cases left by."""
-        from harness.model.shard import cost
-        return {c.id: cost(c) for c in self.cases()}
 
     def default_table(self, selection: str = "") -> Path:
         """The table a run without --results writes (a plain `pytest` run; `harness check`

@@ -54,9 +54,8 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
 
 def target_options(args) -> dict:
     """The target options given on the command line ({name: value}, the set ones)."""
-    from harness.engine.session import declared_options
-    from harness.model.target_options import given
-    return given({o.name: getattr(args, o.name, None) for o in declared_options()})
+    from harness.engine.session import given_options
+    return given_options(lambda name: getattr(args, name, None))
 
 
 def options_said(options) -> str:

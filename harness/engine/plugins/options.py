@@ -12,11 +12,11 @@ import pytest
 
 from harness.engine import run_plan
 from harness.engine.check_options import plugin_options
-from harness.engine.session import check_target_options, declared_options, run_shard
+from harness.engine.session import (check_target_options, declared_options, given_options,
+                                    run_shard)
 from harness.model import target_options
 
 KERNEL_PLATFORMS = run_plan.KERNEL_PLATFORMS
-one_line = run_plan.one_line
 
 
 def pytest_addoption(parser):
@@ -39,7 +39,7 @@ def selection_of(config) -> str:
 
 def run_options(config) -> dict:
     """The target options this run was given ({name: value}, the set ones)."""
-    return run_plan.given_options(config.getoption)
+    return given_options(config.getoption)
 
 
 def check_options(config) -> None:
