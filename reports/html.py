@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import jinja2
+import markupsafe
 import pandas as pd
 
+from harness.results.cause import shown
 from harness.results.columns import ROW
 from harness.results.failure_classes import failure_classes, label_of
 from harness.results.ledger import known_mask
@@ -31,11 +33,21 @@ COLORS = {
 }
 
 
+def _visible(value):
+    """Every text the template prints, its controls, bidi and zero-width marks written as
+    escapes (a page never shows a case id in another order than it is); its own newlines
+    and tabs kept. Markup (the template's own HTML) stays Markup."""
+    if isinstance(value, markupsafe.Markup):
+        return markupsafe.Markup(shown(str(value), "\n\t"))
+    return shown(value, "\n\t") if isinstance(value, str) else value
+
+
 @functools.lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
     # One environment a process: it compiles report.html.j2 once (0.26 s), not per report.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
-                             autoescape=True, trim_blocks=True, lstrip_blocks=True)
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                             finalize=_visible)
     env.filters["tojson_attr"] = lambda v: json.dumps(v, sort_keys=True)
     return env
 

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
+from harness.results.cause import shown
 from harness.results.failure_classes import causes_text, failure_classes, label_of, verdict
 from harness.results.ledger import known_mask
 from harness.results.sanitizer_report import report_of, where_text
@@ -24,8 +25,10 @@ _RESERVE = 1_500
 
 
 def _flat(text) -> str:
+    """One line, every control, bidi or zero-width character written as its escape (a PR
+    comment or a terminal shows the text as it is, never reordered or recoloured)."""
     text = "" if text is None or (isinstance(text, float) and pd.isna(text)) else str(text)
-    return " ".join(text.split())
+    return shown(" ".join(text.split()))
 
 
 def _cut(text: str) -> str:

@@ -266,3 +266,25 @@ def test_a_guards_field_that_is_not_json_still_renders_its_repro():
     assert guards_of({"disable_guards": '["a", "b"]'}) == ["a", "b"]
     assert guards_of({"disable_guards": "a,b"}) == ["a", "b"]
     assert guards_of({"disable_guards": '"x"'}) == ['"x"']
+
+
+# Controls a terminal acts on (ESC starts a colour or a cursor move), bidi overrides that
+# show text in another order than it is, zero-width and line-separator characters.
+UNSEEN = "\x01\x1b[31m\u202e\u2066\u200b\u2028\x7f\x85"
+
+
+def _unseen_in(text: str, keep: str = "\n") -> list[str]:
+    return sorted({c for c in text if not c.isprintable() and c not in keep})
+
+
+def test_no_control_or_bidi_character_of_a_table_reaches_a_report(tmp_path):
+    df = hostile_frame()
+    for col in ("message", "case_id", "route", "target_version"):
+        df[col] = df[col] + UNSEEN
+    md = render_markdown(df, base_df=df.assign(outcome="match", **{"pass": True}))
+    assert _unseen_in(md) == []
+    assert "\\x1b[31m\\u202e" in md     # shown as escapes, never dropped
+    html = render_html(df, tmp_path / "r.html").read_text()
+    assert _unseen_in(html, keep="\n\t") == []
+    assert "\\x1b[31m\\u202e" in html
+    _check_static(html)

@@ -241,6 +241,14 @@ def differs_of(row) -> str:
     return found.group(1) if found else ""
 
 
+def shown(text, keep: str = "") -> str:
+    """Text from a table as a reader may see it: every character that is not printable
+    (controls, ESC, line separators, bidi and zero-width marks) written as its escape
+    (`\\x1b`, `\\u202e`), so nothing in a case id or a message acts on a terminal or
+    reorders what is shown; the characters in `keep` (a report's own newlines) stay."""
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in str(text))
+
+
 def cell_text(value) -> str:
     """A cell as text: '' for a missing value (None, NaN), else str() (the ledger reads it too)."""
     if value is None:

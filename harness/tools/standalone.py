@@ -27,6 +27,9 @@ MAX_INPUT_BYTES = 64 << 20
 _PLAIN_IMPORTS = {"torch", "numpy", "math", "os", "sys", "zlib", "base64", "re", "warnings"}
 
 
+# A table's text as a terminal line may show it (repro's messages use it too).
+from harness.results.cause import shown  # noqa: E402,F401
+
 # What the targets' standalone_source writes with (their layer may not import this one).
 from harness.targets.standalone_paste import (data_literal, encode_tensor,  # noqa: E402,F401
                                               paste_source)
@@ -459,11 +462,6 @@ def file_slug(slug) -> str:
         return text
     return "class-" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
-
-def shown(text) -> str:
-    """Text from a table as a terminal line may show it: every character that is not
-    printable (controls, ESC, line separators, bidi marks) written as its escape."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
 
 _SCRIPT_TAIL = r'''
 # ---- inputs, reference, verdict ----
